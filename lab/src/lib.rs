@@ -1,0 +1,1 @@
+//! lab: placeholder, replaced by the lab crate.

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# rxe-lab setup: the one source of truth for what the project needs on Debian/Ubuntu.
+#
+# Used by `cargo lab setup` (which embeds this file), by .ci/run, by the GitHub workflows and by
+# the Vagrant provisioning. Idempotent: installs only what is missing.
+#
+#   scripts/setup.sh            install the packages (apt-get; as root or through sudo)
+#   scripts/setup.sh --print    print the packages that are missing and the command, install nothing
+#   scripts/setup.sh --vm       also the pieces the microVM provider needs (kernel with rdma_rxe, qemu)
+#   scripts/setup.sh --native   load rdma_rxe and create an rxe link on the default-route netdev
+set -euo pipefail
+
+want_vm=0; want_native=0; print_only=0
+for a in "$@"; do
+  case "$a" in
+    --vm) want_vm=1 ;;
+    --native) want_native=1 ;;
+    --print) print_only=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+# Userspace verbs, the rxe provider, the reference tools the course compares against, and what
+# rdma-sys needs to build (pkg-config, libclang for bindgen 0.59: at most version 15).
+pkgs=(rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
+      perftest pkg-config iproute2 gcc)
+
+# shellcheck source=/dev/null
+. /etc/os-release 2>/dev/null || true
+# bindgen 0.59 (inside rdma-sys 0.3) panics with libclang >= 16: pick a version <= 15 the
+# distribution ships. Debian 12's default libclang-dev is 14.
+clang_pkg=libclang-dev
+if command -v apt-cache >/dev/null 2>&1; then
+  default_clang=$(apt-cache depends libclang-dev 2>/dev/null | sed -n 's/.*Depends: libclang-\([0-9]*\)-dev.*/\1/p' | head -1)
+  if [ -n "${default_clang:-}" ] && [ "$default_clang" -gt 15 ]; then
+    for v in 15 14 13; do
+      if apt-cache show "libclang-$v-dev" >/dev/null 2>&1; then clang_pkg="libclang-$v-dev"; break; fi
+    done
+  fi
+fi
+pkgs+=("$clang_pkg")
+
+if [ "$want_vm" = 1 ]; then
+  pkgs+=(qemu-system-x86 busybox-static)
+  case "${ID:-debian}" in
+    ubuntu) pkgs+=(linux-image-generic linux-modules-extra-generic) ;;
+    *) pkgs+=(linux-image-amd64) ;;
+  esac
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+sudo_cmd=()
+[ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  cmd="${sudo_cmd[*]:+${sudo_cmd[*]} }apt-get install -y ${missing[*]}"
+  if [ "$print_only" = 1 ]; then
+    echo "missing packages: ${missing[*]}"
+    echo "fix: ${sudo_cmd[*]:+${sudo_cmd[*]} }apt-get update && $cmd"
+    exit 1
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: apt-get not found; install these packages with your distribution's tool: ${missing[*]}" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then
+    echo "setup.sh: need root for apt-get; run: sudo apt-get update && $cmd" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
+
+if [ "$want_native" = 1 ]; then
+  if rdma link show 2>/dev/null | grep -q 'rxe'; then
+    echo "setup: rxe link already present"; rdma link show | grep rxe
+  else
+    "${sudo_cmd[@]}" modprobe rdma_rxe || { echo "setup.sh: cannot load rdma_rxe (this kernel lacks it; use the microVM: --vm)" >&2; exit 1; }
+    dev=$(ip -o route show default | awk '{for (i=1;i<NF;i++) if ($i=="dev") {print $(i+1); exit}}')
+    [ -n "$dev" ] || { echo "setup.sh: no default-route netdev to put rxe on" >&2; exit 1; }
+    "${sudo_cmd[@]}" rdma link add rxe0 type rxe netdev "$dev"
+    echo "setup: created rxe0 on $dev"
+  fi
+fi
