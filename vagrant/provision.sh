@@ -6,9 +6,13 @@
 # 1. packages: scripts/setup.sh, the same script `cargo lab setup` runs (one source of truth);
 # 2. rustup + cargo for the vagrant user;
 # 3. memlock limit for verbs programs;
-# 4. rxe at every boot: vagrant/rxe-up.sh as /usr/local/sbin/rxe-lab-up, run by rxe-lab.service,
-#    on the netdev that holds an address in RXE_NETDEV_CIDR (two-node layout: the private
-#    network), else on the default-route netdev.
+# 4. rxe at every boot: vagrant/rxe-up.sh as /usr/local/sbin/rxe-lab-up, run by rxe-lab.service
+#    (settings in /etc/default/rxe-lab), on the harness's pinned lab network (docs/conventions.md
+#    §2) so GIDs match the snapshots:
+#    - one VM (no RXE_NETDEV_CIDR): the loopback topology, rxe0 on veth0 (52:54:00:00:00:01,
+#      10.99.0.1/24, peer veth1);
+#    - two VMs: rxe0 on the netdev holding an address in RXE_NETDEV_CIDR (the private network,
+#      whose MAC and address the Vagrantfile pins).
 set -euo pipefail
 
 repo=${1:?usage: provision.sh REPO_DIR [RXE_NETDEV_CIDR]}
@@ -30,14 +34,16 @@ cat >/etc/security/limits.d/90-rxe-lab.conf <<'LIMITS'
 *    hard memlock unlimited
 LIMITS
 
-netdev=
 if [ -n "$cidr" ]; then
   netdev=$(ip -o -4 addr show to "$cidr" | awk '{print $2; exit}')
   [ -n "$netdev" ] || { echo "provision: no netdev has an address in $cidr" >&2; exit 1; }
+  printf 'RXE_NETDEV=%s\nRXE_NAME=rxe0\n' "$netdev" >/etc/default/rxe-lab
+else
+  printf '%s\n' RXE_NETDEV=veth0 RXE_NAME=rxe0 RXE_VETH_PEER=veth1 \
+    RXE_MAC=52:54:00:00:00:01 RXE_ADDR=10.99.0.1/24 >/etc/default/rxe-lab
 fi
 install -m 0755 "$repo/vagrant/rxe-up.sh" /usr/local/sbin/rxe-lab-up
 install -m 0644 "$repo/vagrant/rxe-lab.service" /etc/systemd/system/rxe-lab.service
-printf 'RXE_NETDEV=%s\nRXE_NAME=rxe0\n' "$netdev" >/etc/default/rxe-lab
 systemctl daemon-reload
 systemctl enable rxe-lab.service
 systemctl restart rxe-lab.service

@@ -6,8 +6,17 @@
 # NETDEV  the Ethernet device to put rxe on (default: $RXE_NETDEV, else the default-route netdev)
 # NAME    the rxe device's name (default: $RXE_NAME, else rxe0)
 #
+# Optional, from the environment, to reproduce the harness's pinned lab network
+# (docs/conventions.md §2: MACs and IPs pinned so GIDs and GUIDs match the snapshots):
+#   RXE_VETH_PEER=veth1   create NETDEV as a veth pair with this peer if NETDEV does not exist
+#   RXE_MAC=52:54:00:00:00:01   give NETDEV this MAC (before rxe is bound to it)
+#   RXE_ADDR=10.99.0.1/24       give NETDEV this address
+#   RXE_WAIT=30           seconds to wait for NETDEV to appear (boot)
+# e.g. the loopback topology: RXE_VETH_PEER=veth1 RXE_MAC=52:54:00:00:00:01 RXE_ADDR=10.99.0.1/24
+#      rxe-up.sh veth0 rxe0
+#
 # Run at every boot by rxe-lab.service (the Vagrant VMs install it as /usr/local/sbin/rxe-lab-up,
-# with RXE_NETDEV/RXE_NAME in /etc/default/rxe-lab). Safe to run again: an existing NAME on
+# with the variables above in /etc/default/rxe-lab). Safe to run again: an existing NAME on
 # NETDEV, or any rxe device already bound to NETDEV, counts as done. Needs root (or CAP_NET_ADMIN
 # and, when rdma_rxe is not loaded yet, CAP_SYS_MODULE).
 set -euo pipefail
@@ -24,12 +33,32 @@ if [ -z "$netdev" ]; then
   [ -n "$netdev" ] || die "no NETDEV given and no default route to take one from"
 fi
 
-# At boot the netdev may appear a little after network-online: wait up to 30 s for it.
-for _ in $(seq 1 30); do
-  [ -e "/sys/class/net/$netdev" ] && break
+peer=${RXE_VETH_PEER:-}
+mac=${RXE_MAC:-}
+addr=${RXE_ADDR:-}
+
+have_netdev() { ip link show dev "$netdev" >/dev/null 2>&1; }
+
+if [ -n "$peer" ]; then
+  have_netdev || ip link add "$netdev" type veth peer name "$peer"
+  ip link set dev "$peer" up
+fi
+
+# At boot the netdev may appear a little after network-online: wait for it.
+for _ in $(seq 1 "${RXE_WAIT:-30}"); do
+  have_netdev && break
   sleep 1
 done
-[ -e "/sys/class/net/$netdev" ] || die "netdev '$netdev' does not exist (ip -br link lists the netdevs)"
+have_netdev || die "netdev '$netdev' does not exist (ip -br link lists the netdevs)"
+
+cur_mac=$(ip -o link show dev "$netdev" | awk '{for (i = 1; i < NF; i++) if ($i == "link/ether") { print $(i + 1); exit }}')
+if [ -n "$mac" ] && [ "$cur_mac" != "${mac,,}" ]; then
+  ip link set dev "$netdev" down
+  ip link set dev "$netdev" address "$mac"
+fi
+if [ -n "$addr" ] && ! ip -o addr show dev "$netdev" | grep -qF " $addr "; then
+  ip addr add "$addr" dev "$netdev"
+fi
 
 if [ ! -d /sys/module/rdma_rxe ]; then
   modprobe rdma_rxe || die "cannot load rdma_rxe: this kernel lacks it (Debian: linux-image-amd64; Ubuntu: linux-modules-extra-\$(uname -r))"

@@ -209,8 +209,9 @@ fn lab_bash(name: &str, script: &str) -> Transcript {
 }
 
 /// vagrant/rxe-up.sh where the rxe device is: in the lab VM (which has rxe0 on veth0) or natively.
-/// It gets a veth pair of its own (rxetest0/rxetest1) so the lab's devices are not touched, and the
-/// pair goes away at the end whatever happens.
+/// It creates a veth pair of its own (rxetest0/rxetest1, with a pinned MAC and address, as the
+/// Vagrant VM does for veth0) so the lab's devices are not touched; a trap removes the pair, and
+/// with it the rxe device, whatever happens.
 #[test]
 fn rxe_up_sh_in_lab() {
     let script = repo_root().join("vagrant/rxe-up.sh");
@@ -220,11 +221,14 @@ R() {{ if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }}
 cleanup() {{ R rdma link delete rxetest >/dev/null 2>&1; R ip link del rxetest0 >/dev/null 2>&1; }}
 trap cleanup EXIT
 cleanup
-R ip link add rxetest0 type veth peer name rxetest1 || exit 90
-R ip link set rxetest1 up || exit 91
-echo "== run 1"; R bash '{script}' rxetest0 rxetest; echo "== exit 1: $?"
-echo "== run 2"; R bash '{script}' rxetest0 rxetest; echo "== exit 2: $?"
+up() {{
+  R env RXE_VETH_PEER=rxetest1 RXE_MAC=52:54:00:00:00:77 RXE_ADDR=10.98.0.1/24 RXE_WAIT=3 \
+    bash '{script}' rxetest0 rxetest
+}}
+echo "== run 1"; up; echo "== exit 1: $?"
+echo "== run 2"; up; echo "== exit 2: $?"
 echo "== links"; rdma link show
+echo "== netdev"; ip -br link show rxetest0; ip -br -4 addr show rxetest0
 echo "== end"
 "#,
         script = script.display()
@@ -251,6 +255,11 @@ echo "== end"
     assert!(
         between(&s.stdout, "run 2").contains("rxetest already on rxetest0"),
         "second run did not find the existing link:\n{context}"
+    );
+    let netdev = between(&s.stdout, "netdev");
+    assert!(
+        netdev.contains("52:54:00:00:00:77") && netdev.contains("10.98.0.1/24"),
+        "rxetest0 did not get the pinned MAC and address:\n{context}"
     );
     let links = between(&s.stdout, "links");
     assert!(
