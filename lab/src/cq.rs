@@ -1,0 +1,792 @@
+//! Completion queues, completion channels and work completions.
+//!
+//! Verbs: `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`,
+//! `ibv_get_cq_event`, `ibv_ack_cq_events`, `ibv_destroy_cq`, `ibv_destroy_comp_channel`.
+//!
+//! Two ways to learn that work finished (chapter 04):
+//!
+//! * **busy polling**: call [`CompletionQueue::poll_into`] in a loop (lowest latency, burns a
+//!   core). [`CompletionQueue::poll_exact`] / [`CompletionQueue::wait_one`] do that with a
+//!   deadline, because on rxe some mistakes produce *no* completion at all;
+//! * **events**: arm the CQ ([`CompletionQueue::req_notify`]), sleep in `poll(2)` on the
+//!   channel's fd until the next completion, take the event ([`CompletionChannel::get_cq_event`]),
+//!   acknowledge it ([`CqEvent::ack`]), re-arm, then drain with `poll_into`. Re-arm *before*
+//!   draining, or a completion that arrives in between raises no event.
+
+use std::borrow::Cow;
+use std::ffi::CStr;
+use std::fmt;
+use std::os::raw::{c_int, c_void};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rdma_sys::*;
+
+use crate::device::{Context, poll_readable, set_nonblocking};
+use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::flags::flag_set;
+
+pub(crate) struct ChannelInner {
+    ch: NonNull<ibv_comp_channel>,
+    _ctx: Context,
+    destroyed: AtomicBool,
+}
+
+// SAFETY: verbs objects may be used from any thread (libibverbs is thread-safe).
+unsafe impl Send for ChannelInner {}
+// SAFETY: as above.
+unsafe impl Sync for ChannelInner {}
+
+impl Drop for ChannelInner {
+    fn drop(&mut self) {
+        if self.destroyed.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: every CQ using the channel holds an Arc to it, so none is left; destroyed once.
+        let ret = unsafe { ibv_destroy_comp_channel(self.ch.as_ptr()) };
+        if let Err(e) = rc(ret, |errno| Error::DestroyCompChannel {
+            errno,
+            hint: Hint::none(),
+        }) {
+            report_drop_failure("ibv_destroy_comp_channel", &e);
+        }
+    }
+}
+
+/// A completion channel: `struct ibv_comp_channel` (`ibv_create_comp_channel(3)`), the file
+/// descriptor completion events arrive on. Its fd is made non-blocking so every wait has a
+/// deadline.
+pub struct CompletionChannel {
+    inner: Arc<ChannelInner>,
+}
+
+impl fmt::Debug for CompletionChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionChannel")
+            .field("fd", &self.fd())
+            .finish()
+    }
+}
+
+impl Context {
+    /// Creates a completion channel (`ibv_create_comp_channel(3)`).
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        // SAFETY: the context is open.
+        let ch = ptr(unsafe { ibv_create_comp_channel(self.raw()) }, |errno| {
+            Error::CreateCompChannel { errno }
+        })?;
+        let inner = Arc::new(ChannelInner {
+            ch,
+            _ctx: self.clone(),
+            destroyed: AtomicBool::new(false),
+        });
+        // SAFETY: the channel was just created; fd is its file descriptor.
+        set_nonblocking(unsafe { (*ch.as_ptr()).fd })?;
+        Ok(CompletionChannel { inner })
+    }
+
+    /// Creates a completion queue with room for at least `cqe` completions
+    /// (`ibv_create_cq(3)`; the device may round up: rxe gives 255 for 128, 7 for 4).
+    /// With a channel, the CQ can raise completion events on it.
+    pub fn create_cq(
+        &self,
+        cqe: i32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        let ch = channel.map_or(std::ptr::null_mut(), |c| c.inner.ch.as_ptr());
+        // SAFETY: the context is open; `ch` is null or a live channel of this context.
+        let cq = unsafe { ibv_create_cq(self.raw(), cqe, std::ptr::null_mut(), ch, 0) };
+        let cq = ptr(cq, |errno| Error::CreateCq {
+            cqe,
+            errno,
+            hint: if errno.0 == libc::EINVAL {
+                Hint::new("cqe must be between 1 and the device's max_cqe (query_device)")
+            } else {
+                Hint::none()
+            },
+        })?;
+        let inner = Arc::new(CqInner {
+            cq,
+            channel: channel.map(|c| c.inner.clone()),
+            ctx: self.clone(),
+            unacked: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+        });
+        // `cq_context` is what ibv_get_cq_event hands back: point it at our inner so an event
+        // can be matched to its CompletionQueue. The inner lives as long as the CQ.
+        // SAFETY: the CQ was just created and nobody else uses it yet.
+        unsafe { (*cq.as_ptr()).cq_context = Arc::as_ptr(&inner) as *mut c_void };
+        Ok(CompletionQueue { inner })
+    }
+}
+
+impl CompletionChannel {
+    /// The channel's file descriptor (non-blocking), for `poll(2)`/`epoll(7)` in an event loop.
+    pub fn fd(&self) -> i32 {
+        // SAFETY: the channel is alive while `self` is.
+        unsafe { (*self.inner.ch.as_ptr()).fd }
+    }
+
+    /// Waits up to `timeout` for the next completion event (`poll(2)` on the fd, then
+    /// `ibv_get_cq_event(3)`). The CQ must have been armed with
+    /// [`CompletionQueue::req_notify`], or no event comes.
+    ///
+    /// The returned [`CqEvent`] must be acknowledged ([`CqEvent::ack`]); `ibv_destroy_cq` blocks
+    /// forever on unacknowledged events, so `lab` acks it on drop if you forget.
+    pub fn get_cq_event(&self, timeout: Duration) -> Result<CqEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !poll_readable(self.fd(), left)? {
+                return Err(Error::EventTimeout {
+                    what: "completion event on the channel".into(),
+                    timeout,
+                    hint: Hint::new(
+                        "arm the CQ with req_notify() before the completion arrives, and re-arm \
+                         after every event; a completion already in the CQ when you arm raises no \
+                         event, so drain the CQ after arming",
+                    ),
+                });
+            }
+            let mut cq: *mut ibv_cq = std::ptr::null_mut();
+            let mut cq_ctx: *mut c_void = std::ptr::null_mut();
+            // SAFETY: the channel is alive; out-pointers are valid.
+            let ret = unsafe { ibv_get_cq_event(self.inner.ch.as_ptr(), &mut cq, &mut cq_ctx) };
+            if ret != 0 {
+                let errno = Errno::last();
+                if errno.0 == libc::EAGAIN || errno.0 == libc::EINTR {
+                    continue; // spurious wake-up: wait again
+                }
+                return Err(Error::GetCqEvent {
+                    errno,
+                    hint: Hint::none(),
+                });
+            }
+            let inner_ptr = cq_ctx as *const CqInner;
+            // SAFETY: every CQ lab creates has cq_context = Arc::as_ptr of its inner, and the CQ
+            // (hence the inner) cannot be destroyed while this event is unacknowledged: its
+            // Drop acks all events first, and `destroy` refuses while events are pending. So
+            // the pointer is live; we take one more strong count for the event.
+            let inner = unsafe {
+                Arc::increment_strong_count(inner_ptr);
+                Arc::from_raw(inner_ptr)
+            };
+            inner.unacked.fetch_add(1, Ordering::AcqRel);
+            return Ok(CqEvent {
+                cq: Some(inner),
+                raw_cq: cq,
+            });
+        }
+    }
+
+    /// Destroys the channel now (`ibv_destroy_comp_channel(3)`), reporting failure. The verb is
+    /// really called even while a CQ uses the channel, so you see `EBUSY (16)`; the channel is
+    /// then destroyed later, after its last CQ.
+    pub fn destroy(self) -> Result<()> {
+        let users = Arc::strong_count(&self.inner) - 1;
+        // SAFETY: the channel is alive; on success `destroyed` stops Drop from repeating it.
+        let ret = unsafe { ibv_destroy_comp_channel(self.inner.ch.as_ptr()) };
+        rc(ret, |errno| Error::DestroyCompChannel {
+            errno,
+            hint: if errno.0 == libc::EBUSY {
+                Hint::new(format!(
+                    "{users} completion queue(s) still use this channel: destroy them first"
+                ))
+            } else {
+                Hint::none()
+            },
+        })?;
+        self.inner.destroyed.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// One completion event (from `ibv_get_cq_event(3)`), to be acknowledged with
+/// [`CqEvent::ack`] (`ibv_ack_cq_events(3)`). Dropping it acks it too.
+pub struct CqEvent {
+    cq: Option<Arc<CqInner>>,
+    raw_cq: *mut ibv_cq,
+}
+
+// SAFETY: the event only carries the CQ pointer, used for the thread-safe ack verb.
+unsafe impl Send for CqEvent {}
+
+impl fmt::Debug for CqEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CqEvent")
+            .field("acked", &self.cq.is_none())
+            .finish()
+    }
+}
+
+impl CqEvent {
+    /// True if this event is about `cq`.
+    pub fn is_for(&self, cq: &CompletionQueue) -> bool {
+        self.raw_cq == cq.inner.cq.as_ptr()
+    }
+
+    /// Acknowledges the event (`ibv_ack_cq_events(cq, 1)`).
+    pub fn ack(mut self) {
+        self.ack_now();
+    }
+
+    fn ack_now(&mut self) {
+        if let Some(inner) = self.cq.take() {
+            // SAFETY: the CQ is alive (we hold its inner); this event is acked exactly once.
+            unsafe { ibv_ack_cq_events(inner.cq.as_ptr(), 1) };
+            inner.unacked.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for CqEvent {
+    fn drop(&mut self) {
+        self.ack_now();
+    }
+}
+
+pub(crate) struct CqInner {
+    pub(crate) cq: NonNull<ibv_cq>,
+    channel: Option<Arc<ChannelInner>>,
+    ctx: Context,
+    unacked: AtomicUsize,
+    destroyed: AtomicBool,
+}
+
+// SAFETY: verbs objects may be used from any thread (libibverbs is thread-safe).
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        if self.destroyed.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: QPs using this CQ and unacked events hold Arcs to it, so none is left; the CQ
+        // is destroyed exactly once.
+        let ret = unsafe { ibv_destroy_cq(self.cq.as_ptr()) };
+        if let Err(e) = rc(ret, |errno| Error::DestroyCq {
+            errno,
+            hint: Hint::none(),
+        }) {
+            report_drop_failure("ibv_destroy_cq", &e);
+        }
+    }
+}
+
+/// A completion queue: `struct ibv_cq` (`ibv_create_cq(3)`).
+///
+/// Queue pairs using it keep it alive. Polling takes `&self`: a CQ may be shared by threads.
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("cqe", &self.cqe())
+            .field("has_channel", &self.inner.channel.is_some())
+            .finish()
+    }
+}
+
+/// How many CQEs `poll_into` reads per `ibv_poll_cq` call (into a stack buffer).
+const POLL_BATCH: usize = 16;
+
+impl CompletionQueue {
+    /// The actual capacity (`cq->cqe`), which the device may have rounded up.
+    pub fn cqe(&self) -> i32 {
+        // SAFETY: the CQ is alive while `self` is.
+        unsafe { (*self.inner.cq.as_ptr()).cqe }
+    }
+
+    /// The device context this CQ belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Polls without waiting (`ibv_poll_cq(3)`): fills the front of `out` with up to
+    /// `out.len()` completions and returns how many. Allocates nothing.
+    ///
+    /// Completions with an error status are returned like any other: check
+    /// [`WorkCompletion::status`] (or use [`WorkCompletion::ok`]).
+    pub fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        // SAFETY: ibv_wc is plain data; all-zero is valid.
+        let mut raw: [ibv_wc; POLL_BATCH] = unsafe { std::mem::zeroed() };
+        let mut got = 0;
+        while got < out.len() {
+            let want = (out.len() - got).min(POLL_BATCH);
+            // SAFETY: the CQ is alive; `raw` has room for `want` <= POLL_BATCH entries.
+            let n = unsafe { ibv_poll_cq(self.inner.cq.as_ptr(), want as c_int, raw.as_mut_ptr()) };
+            if n < 0 {
+                return Err(Error::PollCq { rc: n });
+            }
+            let n = n as usize;
+            for (dst, src) in out[got..got + n].iter_mut().zip(&raw[..n]) {
+                *dst = WorkCompletion::from_raw(src);
+            }
+            got += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(got)
+    }
+
+    /// Polls once for one completion (`ibv_poll_cq(3)` with 1 entry).
+    pub fn poll_one(&self) -> Result<Option<WorkCompletion>> {
+        let mut wc = [WorkCompletion::default()];
+        Ok((self.poll_into(&mut wc)? == 1).then_some(wc[0]))
+    }
+
+    /// Busy-polls until `out` is full or `timeout` passes; the deadline error says what was
+    /// awaited and the usual reasons nothing came. Allocates nothing on success.
+    pub fn poll_exact(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<()> {
+        self.poll_exact_for(out, timeout, "the awaited work requests")
+    }
+
+    /// [`CompletionQueue::poll_exact`] with a description of what is awaited, for the error.
+    pub fn poll_exact_for(
+        &self,
+        out: &mut [WorkCompletion],
+        timeout: Duration,
+        what: &'static str,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut got = 0;
+        let mut spins = 0u32;
+        while got < out.len() {
+            let n = self.poll_into(&mut out[got..])?;
+            got += n;
+            if n == 0 {
+                spins = spins.wrapping_add(1);
+                // Reading the clock costs little, but not nothing: look every 64 empty polls.
+                if spins & 63 == 0 && start.elapsed() >= timeout {
+                    return Err(Error::CompletionTimeout {
+                        what: Cow::Borrowed(what),
+                        timeout,
+                        got,
+                        expected: out.len(),
+                    });
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    /// Busy-polls for the next completion, whatever its status, for at most `timeout`.
+    pub fn wait_one(&self, timeout: Duration) -> Result<WorkCompletion> {
+        let mut wc = [WorkCompletion::default()];
+        self.poll_exact_for(&mut wc, timeout, "one completion")?;
+        Ok(wc[0])
+    }
+
+    /// Arms the CQ to raise one completion event on its channel for the next completion
+    /// (`ibv_req_notify_cq(3)`); with `solicited_only`, only for solicited completions (a SEND
+    /// with [`crate::SendWr::solicited`], or any error). Re-arm after every event.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        // SAFETY: the CQ is alive.
+        let ret = unsafe { ibv_req_notify_cq(self.inner.cq.as_ptr(), solicited_only as c_int) };
+        rc(ret, |errno| Error::ReqNotifyCq { errno })
+    }
+
+    /// Waits for the next completion event of this CQ's channel
+    /// ([`CompletionChannel::get_cq_event`]). Errors if the CQ has no channel. If several CQs
+    /// share the channel, the event may be another CQ's: check [`CqEvent::is_for`].
+    pub fn get_event(&self, timeout: Duration) -> Result<CqEvent> {
+        let ch = self.inner.channel.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(
+                "this CQ was created without a completion channel: pass one to create_cq".into(),
+            )
+        })?;
+        CompletionChannel { inner: ch.clone() }.get_cq_event(timeout)
+    }
+
+    /// Completion events taken but not yet acknowledged.
+    pub fn unacked_events(&self) -> usize {
+        self.inner.unacked.load(Ordering::Acquire)
+    }
+
+    /// How many completion events were acknowledged over the CQ's life
+    /// (`cq->comp_events_completed`).
+    pub fn comp_events_completed(&self) -> u32 {
+        // SAFETY: the CQ is alive; the field is a plain counter libibverbs updates under its
+        // mutex, read here for display only.
+        unsafe { std::ptr::read_volatile(&(*self.inner.cq.as_ptr()).comp_events_completed) }
+    }
+
+    /// True if an async event's element ([`crate::AsyncElement::Cq`]) is this CQ.
+    pub fn is_async_element(&self, element: &crate::device::AsyncElement) -> bool {
+        matches!(element, crate::device::AsyncElement::Cq(p) if *p == self.inner.cq.as_ptr() as usize)
+    }
+
+    /// Destroys the CQ now (`ibv_destroy_cq(3)`), reporting failure. The verb is really called
+    /// while a QP still uses the CQ, so you see `EBUSY (16)` (the CQ is then destroyed after its
+    /// last QP). Refused without calling the verb while events are unacknowledged, because
+    /// then `ibv_destroy_cq` would block forever.
+    pub fn destroy(self) -> Result<()> {
+        let unacked = self.unacked_events();
+        if unacked > 0 {
+            return Err(Error::DestroyCq {
+                errno: Errno(libc::EBUSY),
+                hint: Hint::new(format!(
+                    "{unacked} completion event(s) not acknowledged: ibv_destroy_cq would block \
+                     forever; ack every event (CqEvent::ack) first"
+                )),
+            });
+        }
+        let users = Arc::strong_count(&self.inner) - 1;
+        // SAFETY: the CQ is alive; on success `destroyed` stops Drop from repeating it.
+        let ret = unsafe { ibv_destroy_cq(self.inner.cq.as_ptr()) };
+        rc(ret, |errno| Error::DestroyCq {
+            errno,
+            hint: if errno.0 == libc::EBUSY {
+                Hint::new(format!(
+                    "{users} queue pair(s) still use this CQ: destroy them first"
+                ))
+            } else {
+                Hint::none()
+            },
+        })?;
+        self.inner.destroyed.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+flag_set! {
+    /// `enum ibv_wc_flags`: what else a completion carries.
+    pub struct WcFlags;
+    /// A GRH precedes the data (always set for RoCE receives; 40 bytes in UD buffers).
+    GRH = 1 => "IBV_WC_GRH";
+    /// `imm_data` is valid (trust it on receive completions only; rxe also sets it, with 0,
+    /// on the sender's completion).
+    WITH_IMM = 2 => "IBV_WC_WITH_IMM";
+    IP_CSUM_OK = 4 => "IBV_WC_IP_CSUM_OK";
+    WITH_INV = 8 => "IBV_WC_WITH_INV";
+    TM_SYNC_REQ = 16 => "IBV_WC_TM_SYNC_REQ";
+    TM_MATCH = 32 => "IBV_WC_TM_MATCH";
+    TM_DATA_VALID = 64 => "IBV_WC_TM_DATA_VALID";
+}
+
+/// A work completion: the fields of `struct ibv_wc` (`ibv_poll_cq(3)`), copied out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkCompletion {
+    /// The `wr_id` of the work request this completes.
+    pub wr_id: u64,
+    pub status: WcStatus,
+    /// What completed. Meaningless on error completions (rxe reports `IBV_WC_SEND` there).
+    pub opcode: WcOpcode,
+    pub vendor_err: u32,
+    /// Bytes received (RECV, RECV_RDMA_WITH_IMM) or read (RDMA_READ, atomics). Do not read it
+    /// for an RDMA WRITE's requester completion: it is not defined there.
+    pub byte_len: u32,
+    /// The immediate value in host order (valid when `flags` has WITH_IMM, on receives).
+    pub imm_data: u32,
+    /// The local QP number this completion belongs to.
+    pub qp_num: u32,
+    /// The remote QP number (UD only; 0 on RC with rxe).
+    pub src_qp: u32,
+    pub flags: WcFlags,
+}
+
+impl WorkCompletion {
+    fn from_raw(w: &ibv_wc) -> WorkCompletion {
+        // SAFETY: both union members are u32; reading either is valid.
+        let imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
+        WorkCompletion {
+            wr_id: w.wr_id,
+            status: WcStatus::from_raw(w.status),
+            opcode: WcOpcode::from_raw(w.opcode),
+            vendor_err: w.vendor_err,
+            byte_len: w.byte_len,
+            imm_data: u32::from_be(imm),
+            qp_num: w.qp_num,
+            src_qp: w.src_qp,
+            flags: WcFlags::from_bits(w.wc_flags),
+        }
+    }
+
+    /// True for `IBV_WC_SUCCESS`.
+    pub fn is_success(&self) -> bool {
+        self.status == WcStatus::Success
+    }
+
+    /// `Ok(self)` for a successful completion, else [`Error::Completion`] with the status,
+    /// its `ibv_wc_status_str` text and the learner's explanation.
+    pub fn ok(self) -> Result<WorkCompletion> {
+        if self.is_success() {
+            Ok(self)
+        } else {
+            Err(Error::Completion { wc: self })
+        }
+    }
+
+    /// The immediate data (host order) of a receive completion that carries one.
+    pub fn imm(&self) -> Option<u32> {
+        (self.flags.contains(WcFlags::WITH_IMM) && self.opcode.is_recv()).then_some(self.imm_data)
+    }
+}
+
+macro_rules! wc_status {
+    ($( $var:ident = $val:literal, $name:literal, $why:literal; )*) => {
+        /// `enum ibv_wc_status`: every status a completion can carry, with its C name and
+        /// number, `ibv_wc_status_str(3)`'s text, and what usually causes it (observed on
+        /// Linux 6.1's rxe where noted: see ../shared/reference/rxe-6.1-observed.md).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub enum WcStatus {
+            #[default]
+            $( $var, )*
+            /// A value this table does not know.
+            Unknown(u32),
+        }
+
+        impl WcStatus {
+            /// Every known status, in numeric order.
+            pub const ALL: &'static [WcStatus] = &[$( WcStatus::$var, )*];
+
+            /// From the C value.
+            pub fn from_raw(v: u32) -> WcStatus {
+                match v { $( $val => WcStatus::$var, )* v => WcStatus::Unknown(v) }
+            }
+            /// The C value.
+            pub fn raw(self) -> u32 {
+                match self { $( WcStatus::$var => $val, )* WcStatus::Unknown(v) => v }
+            }
+            /// The C name (`IBV_WC_REM_ACCESS_ERR`).
+            pub fn name(self) -> &'static str {
+                match self { $( WcStatus::$var => $name, )* WcStatus::Unknown(_) => "IBV_WC_?" }
+            }
+            /// One line for a learner: what usually causes this status.
+            pub fn explanation(self) -> &'static str {
+                match self {
+                    $( WcStatus::$var => $why, )*
+                    WcStatus::Unknown(_) => "a status this version of lab does not know",
+                }
+            }
+        }
+    };
+}
+
+wc_status! {
+    Success = 0, "IBV_WC_SUCCESS",
+        "the work request completed";
+    LocLenErr = 1, "IBV_WC_LOC_LEN_ERR",
+        "a local length error: the message does not fit the local buffers (hardware reports an \
+         incoming SEND larger than the posted RECV this way; rxe reports LOC_QP_OP_ERR instead)";
+    LocQpOpErr = 2, "IBV_WC_LOC_QP_OP_ERR",
+        "a local QP operation error: on rxe, an SGE with an invalid lkey (lkey 0, an unregistered \
+         buffer, or an MR of another PD), or a RECV too small for the incoming SEND; the QP goes \
+         to ERR";
+    LocEecOpErr = 3, "IBV_WC_LOC_EEC_OP_ERR",
+        "a local EE context error (reliable datagram only; not used on RC/UD)";
+    LocProtErr = 4, "IBV_WC_LOC_PROT_ERR",
+        "a local protection error: a valid lkey but an address/length outside its MR, or an MR \
+         without LOCAL_WRITE as the target of a RECV/READ";
+    WrFlushErr = 5, "IBV_WC_WR_FLUSH_ERR",
+        "flushed: the QP was in (or went to) the ERR state, so this work request was not \
+         executed; look at the first error completion before it, or at who moved the QP to ERR";
+    MwBindErr = 6, "IBV_WC_MW_BIND_ERR",
+        "a memory window bind failed (wrong access rights, or the MR lacks MW_BIND)";
+    BadRespErr = 7, "IBV_WC_BAD_RESP_ERR",
+        "the responder sent an unexpected transport response";
+    LocAccessErr = 8, "IBV_WC_LOC_ACCESS_ERR",
+        "a local access error: the local MR does not allow the access (e.g. READ or atomic \
+         results into memory without LOCAL_WRITE)";
+    RemInvReqErr = 9, "IBV_WC_REM_INV_REQ_ERR",
+        "the responder rejected the request as invalid: on rxe, a READ/atomic to a QP whose \
+         max_dest_rd_atomic is 0, or a QP whose access flags lack the REMOTE_* right \
+         (an MR lacking it gives REM_ACCESS_ERR instead)";
+    RemAccessErr = 10, "IBV_WC_REM_ACCESS_ERR",
+        "a remote access error: wrong rkey (typo, stale after deregistration, another PD), an \
+         address range outside the remote MR, or an MR registered without REMOTE_WRITE/READ/\
+         ATOMIC; both QPs go to ERR";
+    RemOpErr = 11, "IBV_WC_REM_OP_ERR",
+        "the responder could not complete the operation: on rxe, its RECV was too small or had \
+         a bad lkey";
+    RetryExcErr = 12, "IBV_WC_RETRY_EXC_ERR",
+        "transport retries exhausted: the peer never acknowledged (QP destroyed, process gone, \
+         QP in ERR/RESET, wrong GID/QPN, network down) after retry_cnt retries of `timeout` each; \
+         on rxe retry_cnt 7 means retry forever";
+    RnrRetryExcErr = 13, "IBV_WC_RNR_RETRY_EXC_ERR",
+        "receiver not ready too often: the peer had no RECV posted for a SEND/WRITE_WITH_IMM \
+         after rnr_retry retries; post receives before the peer sends (rnr_retry 7 = forever)";
+    LocRddViolErr = 14, "IBV_WC_LOC_RDD_VIOL_ERR",
+        "a reliable datagram domain violation (RD only)";
+    RemInvRdReqErr = 15, "IBV_WC_REM_INV_RD_REQ_ERR",
+        "an invalid reliable datagram request (RD only)";
+    RemAbortErr = 16, "IBV_WC_REM_ABORT_ERR",
+        "the responder aborted the operation";
+    InvEecnErr = 17, "IBV_WC_INV_EECN_ERR",
+        "an invalid EE context number (RD only)";
+    InvEecStateErr = 18, "IBV_WC_INV_EEC_STATE_ERR",
+        "an invalid EE context state (RD only)";
+    FatalErr = 19, "IBV_WC_FATAL_ERR",
+        "a fatal device error";
+    RespTimeoutErr = 20, "IBV_WC_RESP_TIMEOUT_ERR",
+        "the response timed out";
+    GeneralErr = 21, "IBV_WC_GENERAL_ERR",
+        "a general error the device could not classify";
+    TmErr = 22, "IBV_WC_TM_ERR",
+        "a tag-matching error (tag-matching SRQs only)";
+    TmRndvIncomplete = 23, "IBV_WC_TM_RNDV_INCOMPLETE",
+        "a tag-matching rendezvous was not completed (tag-matching SRQs only)";
+}
+
+impl WcStatus {
+    /// `ibv_wc_status_str(3)`'s text (`"remote access error"`).
+    pub fn str(self) -> &'static str {
+        // SAFETY: ibv_wc_status_str returns a pointer to a static string for any value.
+        unsafe { CStr::from_ptr(ibv_wc_status_str(self.raw())) }
+            .to_str()
+            .unwrap_or("?")
+    }
+}
+
+impl fmt::Display for WcStatus {
+    /// `IBV_WC_REM_ACCESS_ERR (10)` (docs/conventions.md).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.raw())
+    }
+}
+
+macro_rules! wc_opcode {
+    ($( $var:ident = $val:literal, $name:literal; )*) => {
+        /// `enum ibv_wc_opcode`: what a completion completes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub enum WcOpcode {
+            #[default]
+            $( $var, )*
+            Unknown(u32),
+        }
+        impl WcOpcode {
+            /// From the C value.
+            pub fn from_raw(v: u32) -> WcOpcode {
+                match v { $( $val => WcOpcode::$var, )* v => WcOpcode::Unknown(v) }
+            }
+            /// The C value.
+            pub fn raw(self) -> u32 {
+                match self { $( WcOpcode::$var => $val, )* WcOpcode::Unknown(v) => v }
+            }
+            /// The C name (`IBV_WC_RECV_RDMA_WITH_IMM`).
+            pub fn name(self) -> &'static str {
+                match self { $( WcOpcode::$var => $name, )* WcOpcode::Unknown(_) => "IBV_WC_?" }
+            }
+        }
+    };
+}
+
+wc_opcode! {
+    Send = 0, "IBV_WC_SEND";
+    RdmaWrite = 1, "IBV_WC_RDMA_WRITE";
+    RdmaRead = 2, "IBV_WC_RDMA_READ";
+    CompSwap = 3, "IBV_WC_COMP_SWAP";
+    FetchAdd = 4, "IBV_WC_FETCH_ADD";
+    BindMw = 5, "IBV_WC_BIND_MW";
+    LocalInv = 6, "IBV_WC_LOCAL_INV";
+    Tso = 7, "IBV_WC_TSO";
+    AtomicWrite = 9, "IBV_WC_ATOMIC_WRITE";
+    Recv = 128, "IBV_WC_RECV";
+    RecvRdmaWithImm = 129, "IBV_WC_RECV_RDMA_WITH_IMM";
+    TmAdd = 130, "IBV_WC_TM_ADD";
+    TmDel = 131, "IBV_WC_TM_DEL";
+    TmSync = 132, "IBV_WC_TM_SYNC";
+    TmRecv = 133, "IBV_WC_TM_RECV";
+    TmNoTag = 134, "IBV_WC_TM_NO_TAG";
+}
+
+impl WcOpcode {
+    /// True for receive-side completions (`opcode & IBV_WC_RECV`).
+    pub fn is_recv(self) -> bool {
+        self.raw() & 128 != 0
+    }
+}
+
+impl fmt::Display for WcOpcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.raw())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_table_covers_every_ibv_wc_status() {
+        use rdma_sys::ibv_wc_status as S;
+        let all = [
+            S::IBV_WC_SUCCESS,
+            S::IBV_WC_LOC_LEN_ERR,
+            S::IBV_WC_LOC_QP_OP_ERR,
+            S::IBV_WC_LOC_EEC_OP_ERR,
+            S::IBV_WC_LOC_PROT_ERR,
+            S::IBV_WC_WR_FLUSH_ERR,
+            S::IBV_WC_MW_BIND_ERR,
+            S::IBV_WC_BAD_RESP_ERR,
+            S::IBV_WC_LOC_ACCESS_ERR,
+            S::IBV_WC_REM_INV_REQ_ERR,
+            S::IBV_WC_REM_ACCESS_ERR,
+            S::IBV_WC_REM_OP_ERR,
+            S::IBV_WC_RETRY_EXC_ERR,
+            S::IBV_WC_RNR_RETRY_EXC_ERR,
+            S::IBV_WC_LOC_RDD_VIOL_ERR,
+            S::IBV_WC_REM_INV_RD_REQ_ERR,
+            S::IBV_WC_REM_ABORT_ERR,
+            S::IBV_WC_INV_EECN_ERR,
+            S::IBV_WC_INV_EEC_STATE_ERR,
+            S::IBV_WC_FATAL_ERR,
+            S::IBV_WC_RESP_TIMEOUT_ERR,
+            S::IBV_WC_GENERAL_ERR,
+            S::IBV_WC_TM_ERR,
+            S::IBV_WC_TM_RNDV_INCOMPLETE,
+        ];
+        assert_eq!(all.len(), WcStatus::ALL.len());
+        for (i, v) in all.iter().enumerate() {
+            let s = WcStatus::from_raw(*v);
+            assert_eq!(s, WcStatus::ALL[i]);
+            assert_eq!(s.raw(), *v);
+            assert!(!matches!(s, WcStatus::Unknown(_)));
+            assert!(s.name().starts_with("IBV_WC_"));
+            assert!(!s.explanation().is_empty());
+            assert_ne!(s.str(), "unknown", "{}", s.name());
+        }
+        assert_eq!(
+            WcStatus::RemAccessErr.to_string(),
+            "IBV_WC_REM_ACCESS_ERR (10)"
+        );
+        assert_eq!(WcStatus::RemAccessErr.str(), "remote access error");
+        assert_eq!(WcStatus::from_raw(99), WcStatus::Unknown(99));
+        assert!(WcStatus::LocQpOpErr.explanation().contains("lkey"));
+    }
+
+    #[test]
+    fn opcodes_match_rdma_sys() {
+        use rdma_sys::ibv_wc_opcode as O;
+        assert_eq!(
+            WcOpcode::from_raw(O::IBV_WC_RECV_RDMA_WITH_IMM),
+            WcOpcode::RecvRdmaWithImm
+        );
+        assert_eq!(WcOpcode::FetchAdd.raw(), O::IBV_WC_FETCH_ADD);
+        assert_eq!(WcOpcode::CompSwap.raw(), O::IBV_WC_COMP_SWAP);
+        assert!(WcOpcode::Recv.is_recv());
+        assert!(!WcOpcode::RdmaWrite.is_recv());
+    }
+
+    #[test]
+    fn completion_error_explains() {
+        let wc = WorkCompletion {
+            wr_id: 7,
+            status: WcStatus::RemAccessErr,
+            ..Default::default()
+        };
+        let e = wc.ok().unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("IBV_WC_REM_ACCESS_ERR (10)"), "{s}");
+        assert!(s.contains("remote access error"), "{s}");
+        assert!(s.contains("rkey"), "{s}");
+    }
+}

@@ -1,0 +1,988 @@
+//! Devices, the device context, device/port attributes and the GID table.
+//!
+//! Verbs: `ibv_get_device_list`, `ibv_open_device`, `ibv_query_device`, `ibv_query_port`,
+//! `ibv_query_gid_ex`, `ibv_get_async_event`, `ibv_close_device`.
+
+use std::ffi::CStr;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::raw::c_int;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rdma_sys::*;
+
+use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+
+// libibverbs exports these (IBVERBS_1.11) but rdma-sys's allowlist skips names starting with
+// `_`, so declare them here (reference/rdma-sys-0.3-on-rxe.md, pitfall 3). `ibv_query_gid_ex`
+// in C is a static inline around `_ibv_query_gid_ex`.
+unsafe extern "C" {
+    fn _ibv_query_gid_ex(
+        context: *mut ibv_context,
+        port_num: u32,
+        gid_index: u32,
+        entry: *mut ibv_gid_entry,
+        flags: u32,
+        entry_size: usize,
+    ) -> c_int;
+}
+
+/// `IBV_LINK_LAYER_*` are an anonymous enum in verbs.h that rdma-sys does not export.
+const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
+const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+
+/// One RDMA device as listed by `ibv_get_device_list(3)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// `ibv_get_device_name(3)`, e.g. `rxe0`.
+    pub name: String,
+    /// `ibv_get_device_guid(3)`, in host order.
+    pub guid: u64,
+    /// `ibv_node_type_str(device->node_type)`, e.g. `InfiniBand channel adapter`.
+    pub node_type: String,
+}
+
+/// Lists the RDMA devices (`ibv_get_device_list(3)`, then `ibv_free_device_list(3)`).
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a valid out-pointer; the returned list is freed below.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    let list = ptr(list, |errno| Error::GetDeviceList {
+        errno,
+        hint: Hint::new(
+            "is the ib_uverbs module loaded and /dev/infiniband readable? (`rdma link` lists devices)",
+        ),
+    })?;
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: the list holds `n` valid device pointers until ibv_free_device_list.
+        let dev = unsafe { *list.as_ptr().add(i) };
+        // SAFETY: `dev` is a valid device; the name is a NUL-terminated string owned by it.
+        let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: `dev` is a valid device.
+        let guid = u64::from_be(unsafe { ibv_get_device_guid(dev) });
+        // SAFETY: `dev` is valid; ibv_node_type_str returns a static string.
+        let node_type = unsafe { CStr::from_ptr(ibv_node_type_str((*dev).node_type)) }
+            .to_string_lossy()
+            .into_owned();
+        out.push(DeviceInfo {
+            name,
+            guid,
+            node_type,
+        });
+    }
+    // SAFETY: `list` came from ibv_get_device_list and is freed exactly once.
+    unsafe { ibv_free_device_list(list.as_ptr()) };
+    Ok(out)
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) ctx: NonNull<ibv_context>,
+    pub(crate) name: String,
+    closed: AtomicBool,
+}
+
+// SAFETY: libibverbs objects may be used from any thread; the verbs are thread-safe.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; shared access only calls thread-safe verbs.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: the context is open, and every child holds an Arc to this inner, so none is
+        // alive any more.
+        let ret = unsafe { ibv_close_device(self.ctx.as_ptr()) };
+        if let Err(e) = rc(ret, |errno| Error::CloseDevice {
+            device: self.name.clone(),
+            errno,
+            hint: Hint::none(),
+        }) {
+            report_drop_failure("ibv_close_device", &e);
+        }
+    }
+}
+
+/// An open device: `struct ibv_context` (`ibv_open_device(3)`).
+///
+/// Every object created from it (PD, CQ, channel, ...) keeps it alive, so the device is closed
+/// (`ibv_close_device(3)`) only after the last of them is gone. `Clone` gives another handle to
+/// the same open device.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.name)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens the device named by `$LAB_DEVICE` if set, else the first device
+    /// (`ibv_get_device_list(3)` + `ibv_open_device(3)`).
+    pub fn open_default() -> Result<Context> {
+        match std::env::var("LAB_DEVICE") {
+            Ok(name) if !name.is_empty() => Context::open(Some(&name)),
+            _ => Context::open(None),
+        }
+    }
+
+    /// Opens the device called `name` (`rxe0`), or the first device for `None`
+    /// (`ibv_open_device(3)`).
+    pub fn open(name: Option<&str>) -> Result<Context> {
+        let mut n: c_int = 0;
+        // SAFETY: `n` is a valid out-pointer; the list is freed before returning.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        let list = ptr(list, |errno| Error::GetDeviceList {
+            errno,
+            hint: Hint::new("is the ib_uverbs module loaded and /dev/infiniband readable?"),
+        })?;
+        let mut found = None;
+        let mut names = Vec::new();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: the list holds `n` valid device pointers.
+            let dev = unsafe { *list.as_ptr().add(i) };
+            // SAFETY: `dev` is valid; the name is a NUL-terminated string it owns.
+            let dname = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
+                .to_string_lossy()
+                .into_owned();
+            if found.is_none() && name.is_none_or(|w| w == dname) {
+                found = Some((dev, dname.clone()));
+            }
+            names.push(dname);
+        }
+        let result = match found {
+            None => Err(Error::NoDevice {
+                wanted: name.map(|n| format!("named {n:?} ")).unwrap_or_default(),
+                available: names,
+                hint: Hint::new(
+                    "create a SoftRoCE device (`rdma link add rxe0 type rxe netdev eth0`) or run \
+                     inside the lab (`cargo lab ...`); LAB_DEVICE picks a device by name",
+                ),
+            }),
+            Some((dev, dname)) => {
+                // SAFETY: `dev` is a valid device from the list, which is still alive.
+                let ctx = unsafe { ibv_open_device(dev) };
+                ptr(ctx, |errno| Error::OpenDevice {
+                    device: dname.clone(),
+                    errno,
+                })
+                .map(|ctx| (ctx, dname))
+            }
+        };
+        // SAFETY: freeing the list is allowed once the device is open (the context does not
+        // depend on the list); it is freed exactly once.
+        unsafe { ibv_free_device_list(list.as_ptr()) };
+        let (ctx, dname) = result?;
+        let inner = Arc::new(ContextInner {
+            ctx,
+            name: dname,
+            closed: AtomicBool::new(false),
+        });
+        // The async event fd is made non-blocking so `get_async_event` can wait with a deadline.
+        // SAFETY: `ctx` is an open context; async_fd is its event file descriptor.
+        set_nonblocking(unsafe { (*ctx.as_ptr()).async_fd })?;
+        Ok(Context { inner })
+    }
+
+    /// The device name (`ibv_get_device_name(3)`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub(crate) fn raw(&self) -> *mut ibv_context {
+        self.inner.ctx.as_ptr()
+    }
+
+    /// The device's capabilities (`ibv_query_device(3)`).
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        // SAFETY: ibv_device_attr is plain data; all-zero is a valid value.
+        let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open and `a` is a valid out-pointer.
+        rc(unsafe { ibv_query_device(self.raw(), &mut a) }, |errno| {
+            Error::QueryDevice { errno }
+        })?;
+        // SAFETY: fw_ver is a NUL-terminated array filled by the provider (zeroed before).
+        let fw_ver = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        Ok(DeviceAttr {
+            fw_ver,
+            node_guid: u64::from_be(a.node_guid),
+            sys_image_guid: u64::from_be(a.sys_image_guid),
+            max_mr_size: a.max_mr_size,
+            page_size_cap: a.page_size_cap,
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+            hw_ver: a.hw_ver,
+            max_qp: a.max_qp,
+            max_qp_wr: a.max_qp_wr,
+            device_cap_flags: a.device_cap_flags,
+            max_sge: a.max_sge,
+            max_sge_rd: a.max_sge_rd,
+            max_cq: a.max_cq,
+            max_cqe: a.max_cqe,
+            max_mr: a.max_mr,
+            max_pd: a.max_pd,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_res_rd_atom: a.max_res_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
+            atomic_cap: AtomicCap::from_raw(a.atomic_cap),
+            max_mw: a.max_mw,
+            max_ah: a.max_ah,
+            max_srq: a.max_srq,
+            max_srq_wr: a.max_srq_wr,
+            max_srq_sge: a.max_srq_sge,
+            max_pkeys: a.max_pkeys,
+            local_ca_ack_delay: a.local_ca_ack_delay,
+            phys_port_cnt: a.phys_port_cnt,
+        })
+    }
+
+    /// A port's attributes (`ibv_query_port(3)`; ports are numbered from 1).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        // SAFETY: ibv_port_attr is plain data; zero it first, the compat path does not memset.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // `___ibv_query_port` is what the C macro `ibv_query_port` expands to (recipe pitfall 2).
+        // SAFETY: the context is open and `pa` is a valid out-pointer of the full struct size.
+        let ret = unsafe { ___ibv_query_port(self.raw(), port, &mut pa) };
+        rc(ret, |errno| Error::QueryPort { port, errno })?;
+        Ok(PortAttr {
+            port,
+            state: PortState::from_raw(pa.state),
+            max_mtu: Mtu::from_raw(pa.max_mtu).unwrap_or(Mtu::Mtu256),
+            active_mtu: Mtu::from_raw(pa.active_mtu).unwrap_or(Mtu::Mtu256),
+            gid_tbl_len: pa.gid_tbl_len,
+            port_cap_flags: pa.port_cap_flags,
+            max_msg_sz: pa.max_msg_sz,
+            lid: pa.lid,
+            link_layer: LinkLayer::from_raw(pa.link_layer),
+            active_width: pa.active_width,
+            active_speed: pa.active_speed,
+            phys_state: pa.phys_state,
+        })
+    }
+
+    /// One GID table entry with its type (`ibv_query_gid_ex(3)`).
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        // SAFETY: ibv_gid_entry is plain data; all-zero is valid.
+        let mut e: ibv_gid_entry = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open, `e` is a valid out-pointer and entry_size is its size.
+        let ret = unsafe {
+            _ibv_query_gid_ex(
+                self.raw(),
+                port as u32,
+                index,
+                &mut e,
+                0,
+                std::mem::size_of::<ibv_gid_entry>(),
+            )
+        };
+        rc(ret, |errno| Error::QueryGid { port, index, errno })?;
+        // SAFETY: reading the raw bytes of a plain-data union is always valid.
+        let raw = unsafe { e.gid.raw };
+        Ok(GidEntry {
+            index: e.gid_index,
+            port,
+            gid: Gid(raw),
+            gid_type: GidType::from_raw(e.gid_type),
+            ndev_ifindex: e.ndev_ifindex,
+        })
+    }
+
+    /// The populated entries of a port's GID table (`ibv_query_gid_ex(3)` for each index up to
+    /// `gid_tbl_len`; empty slots, which report ENODATA, are skipped).
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        let pa = self.query_port(port)?;
+        let mut out = Vec::new();
+        for i in 0..pa.gid_tbl_len.max(0) as u32 {
+            match self.query_gid(port, i) {
+                Ok(e) if !e.gid.is_zero() => out.push(e),
+                Ok(_) => {}
+                Err(Error::QueryGid { errno, .. })
+                    if errno.0 == libc::ENODATA || errno.0 == libc::EINVAL =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The GID to use for RoCE v2 over IPv4: the first entry whose **type** is RoCE v2 and whose
+    /// **content** is an IPv4-mapped address (`::ffff:a.b.c.d`). Chosen by content, not by
+    /// index: index 0 is usually the link-local `fe80::` entry, which fails RTR (EINVAL) toward
+    /// an IPv4 peer.
+    pub fn roce_v2_ipv4_gid(&self, port: u8) -> Result<GidEntry> {
+        self.gid_table(port)?
+            .into_iter()
+            .find(|e| e.gid_type == GidType::RoceV2 && e.gid.to_ipv4().is_some())
+            .ok_or_else(|| Error::NoRoceV2Gid {
+                device: self.inner.name.clone(),
+                port,
+                hint: Hint::new(
+                    "the netdev under the rxe device needs an IPv4 address \
+                     (`ip addr add 10.99.0.1/24 dev veth0`); rxe then adds ::ffff:a.b.c.d",
+                ),
+            })
+    }
+
+    /// Waits up to `timeout` for an asynchronous event (`poll(2)` on the context's async fd,
+    /// then `ibv_get_async_event(3)`), copies it out and acknowledges it
+    /// (`ibv_ack_async_event(3)`). `Ok(None)` when none came within the deadline.
+    ///
+    /// Acknowledging at once matters: `ibv_destroy_cq`/`ibv_destroy_qp` wait until every async
+    /// event about them has been acked.
+    pub fn get_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        // SAFETY: the context is open; async_fd is its event fd (made non-blocking at open).
+        let fd = unsafe { (*self.raw()).async_fd };
+        if !poll_readable(fd, timeout)? {
+            return Ok(None);
+        }
+        // SAFETY: ibv_async_event is plain data (a union of pointers/ints and an enum whose
+        // zero value is valid).
+        let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open and `ev` a valid out-pointer.
+        let ret = unsafe { ibv_get_async_event(self.raw(), &mut ev) };
+        if ret != 0 {
+            let errno = Errno::last();
+            if errno.0 == libc::EAGAIN {
+                return Ok(None);
+            }
+            return Err(Error::GetAsyncEvent { errno });
+        }
+        // Read the event type as the u32 the C library wrote: rdma-sys models it as a Rust enum,
+        // and an unknown value must not be materialised as that enum.
+        // SAFETY: `event_type` is a 4-byte C enum field; reading it as u32 is always valid.
+        let kind = unsafe { std::ptr::read(std::ptr::addr_of!(ev.event_type) as *const u32) };
+        let kind = AsyncEventType::from_raw(kind);
+        // SAFETY: the union member to read is determined by the event type (verbs.h docs). The
+        // CQ/QP the event is about cannot be destroyed before the event is acked, so reading
+        // qp_num through the pointer is valid here.
+        let element = unsafe {
+            match kind.element_kind() {
+                ElementKind::Cq => AsyncElement::Cq(ev.element.cq as usize),
+                ElementKind::Qp => {
+                    let qp = ev.element.qp;
+                    AsyncElement::Qp(if qp.is_null() { 0 } else { (*qp).qp_num })
+                }
+                ElementKind::Srq => AsyncElement::Srq(ev.element.srq as usize),
+                ElementKind::Port => AsyncElement::Port(ev.element.port_num as u8),
+                ElementKind::Device => AsyncElement::Device,
+            }
+        };
+        // SAFETY: `ev` came from ibv_get_async_event and is acked exactly once.
+        unsafe { ibv_ack_async_event(&mut ev) };
+        Ok(Some(AsyncEvent { kind, element }))
+    }
+
+    /// Closes the device explicitly (`ibv_close_device(3)`) and reports a failure, instead of
+    /// leaving it to `Drop`. Refused while other handles or child objects are still alive.
+    pub fn close(self) -> Result<()> {
+        let inner = Arc::try_unwrap(self.inner).map_err(|arc| Error::InUse {
+            object: "the device context",
+            detail: format!(
+                "{} other handle(s) or child object(s) (PD, CQ, channel, ...) are alive; \
+                 drop them first",
+                Arc::strong_count(&arc) - 1
+            )
+            .into(),
+        })?;
+        inner.closed.store(true, Ordering::Release);
+        // SAFETY: we own the last reference, so no child uses the context; closed only here.
+        let ret = unsafe { ibv_close_device(inner.ctx.as_ptr()) };
+        rc(ret, |errno| Error::CloseDevice {
+            device: inner.name.clone(),
+            errno,
+            hint: Hint::none(),
+        })
+    }
+}
+
+/// Sets `O_NONBLOCK` on a verbs file descriptor (`fcntl(2)`).
+pub(crate) fn set_nonblocking(fd: c_int) -> Result<()> {
+    // SAFETY: fcntl on a file descriptor we own; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(Error::Os {
+            call: "fcntl(F_GETFL)",
+            errno: Errno::last(),
+        });
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(Error::Os {
+            call: "fcntl(F_SETFL, O_NONBLOCK)",
+            errno: Errno::last(),
+        });
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` passes (`poll(2)`, retried on EINTR).
+/// Returns `false` on timeout.
+pub(crate) fn poll_readable(fd: c_int, timeout: Duration) -> Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        // Round up so a sub-millisecond remainder still waits rather than spinning.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is a valid array of one pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return Ok(true);
+        }
+        if n == 0 {
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            continue;
+        }
+        let errno = Errno::last();
+        if errno.0 != libc::EINTR {
+            return Err(Error::Os {
+                call: "poll",
+                errno,
+            });
+        }
+    }
+}
+
+/// The capabilities that matter, from `struct ibv_device_attr` (`ibv_query_device(3)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    pub fw_ver: String,
+    /// Host order (the C field is big-endian).
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: i32,
+    pub max_qp_wr: i32,
+    /// `IBV_DEVICE_*` bits.
+    pub device_cap_flags: u32,
+    pub max_sge: i32,
+    pub max_sge_rd: i32,
+    pub max_cq: i32,
+    pub max_cqe: i32,
+    pub max_mr: i32,
+    pub max_pd: i32,
+    /// Max outstanding RDMA READ/atomic a QP can *receive* (bounds `max_dest_rd_atomic`).
+    pub max_qp_rd_atom: i32,
+    pub max_res_rd_atom: i32,
+    /// Max outstanding RDMA READ/atomic a QP can *initiate* (bounds `max_rd_atomic`).
+    pub max_qp_init_rd_atom: i32,
+    pub atomic_cap: AtomicCap,
+    pub max_mw: i32,
+    pub max_ah: i32,
+    pub max_srq: i32,
+    pub max_srq_wr: i32,
+    pub max_srq_sge: i32,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+/// `enum ibv_atomic_cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicCap {
+    /// `IBV_ATOMIC_NONE`: no atomics.
+    None,
+    /// `IBV_ATOMIC_HCA`: atomic with respect to this device only (rxe).
+    Hca,
+    /// `IBV_ATOMIC_GLOB`: atomic with respect to the CPU too.
+    Glob,
+    Unknown(u32),
+}
+
+impl AtomicCap {
+    fn from_raw(v: u32) -> Self {
+        match v {
+            ibv_atomic_cap::IBV_ATOMIC_NONE => AtomicCap::None,
+            ibv_atomic_cap::IBV_ATOMIC_HCA => AtomicCap::Hca,
+            ibv_atomic_cap::IBV_ATOMIC_GLOB => AtomicCap::Glob,
+            v => AtomicCap::Unknown(v),
+        }
+    }
+    /// The C name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicCap::None => "IBV_ATOMIC_NONE",
+            AtomicCap::Hca => "IBV_ATOMIC_HCA",
+            AtomicCap::Glob => "IBV_ATOMIC_GLOB",
+            AtomicCap::Unknown(_) => "IBV_ATOMIC_?",
+        }
+    }
+}
+
+/// `struct ibv_port_attr`, the fields a learner needs (`ibv_query_port(3)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    pub port: u8,
+    pub state: PortState,
+    pub max_mtu: Mtu,
+    /// The path MTU a QP may use on this port; `lab` clamps path_mtu to it by default.
+    pub active_mtu: Mtu,
+    pub gid_tbl_len: i32,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    /// 0 on RoCE (Ethernet has no LIDs; addressing is by GID).
+    pub lid: u16,
+    pub link_layer: LinkLayer,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+}
+
+/// `enum ibv_port_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortState {
+    Nop,
+    Down,
+    Init,
+    Armed,
+    Active,
+    ActiveDefer,
+    Unknown(u32),
+}
+
+impl PortState {
+    fn from_raw(v: u32) -> Self {
+        use ibv_port_state::*;
+        match v {
+            IBV_PORT_NOP => PortState::Nop,
+            IBV_PORT_DOWN => PortState::Down,
+            IBV_PORT_INIT => PortState::Init,
+            IBV_PORT_ARMED => PortState::Armed,
+            IBV_PORT_ACTIVE => PortState::Active,
+            IBV_PORT_ACTIVE_DEFER => PortState::ActiveDefer,
+            v => PortState::Unknown(v),
+        }
+    }
+    /// The C name (`IBV_PORT_ACTIVE`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PortState::Nop => "IBV_PORT_NOP",
+            PortState::Down => "IBV_PORT_DOWN",
+            PortState::Init => "IBV_PORT_INIT",
+            PortState::Armed => "IBV_PORT_ARMED",
+            PortState::Active => "IBV_PORT_ACTIVE",
+            PortState::ActiveDefer => "IBV_PORT_ACTIVE_DEFER",
+            PortState::Unknown(_) => "IBV_PORT_?",
+        }
+    }
+    /// `ibv_port_state_str(3)`'s text (`active`).
+    pub fn str(self) -> &'static str {
+        let raw = match self {
+            PortState::Nop => 0,
+            PortState::Down => 1,
+            PortState::Init => 2,
+            PortState::Armed => 3,
+            PortState::Active => 4,
+            PortState::ActiveDefer => 5,
+            PortState::Unknown(v) => v,
+        };
+        // SAFETY: ibv_port_state_str returns a pointer to a static string for any value.
+        unsafe { CStr::from_ptr(ibv_port_state_str(raw)) }
+            .to_str()
+            .unwrap_or("?")
+    }
+}
+
+impl fmt::Display for PortState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.str())
+    }
+}
+
+/// The port's link layer (`IBV_LINK_LAYER_*`): RoCE ports are Ethernet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    Unspecified,
+    InfiniBand,
+    Ethernet,
+    Unknown(u8),
+}
+
+impl LinkLayer {
+    fn from_raw(v: u8) -> Self {
+        match v {
+            0 => LinkLayer::Unspecified,
+            IBV_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
+            IBV_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
+            v => LinkLayer::Unknown(v),
+        }
+    }
+}
+
+impl fmt::Display for LinkLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkLayer::Unspecified => f.write_str("Unspecified"),
+            LinkLayer::InfiniBand => f.write_str("InfiniBand"),
+            LinkLayer::Ethernet => f.write_str("Ethernet"),
+            LinkLayer::Unknown(v) => write!(f, "Unknown({v})"),
+        }
+    }
+}
+
+/// `enum ibv_mtu`: a path MTU. Ordered, so `min` clamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mtu {
+    Mtu256 = 1,
+    Mtu512 = 2,
+    Mtu1024 = 3,
+    Mtu2048 = 4,
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// From the C value (`IBV_MTU_1024` = 3).
+    pub fn from_raw(v: u32) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// From a size in bytes (256, 512, 1024, 2048, 4096), as `ibv_rc_pingpong -m` takes it.
+    pub fn from_bytes(b: u32) -> Option<Mtu> {
+        Some(match b {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// The C value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+    /// The size in bytes.
+    pub fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+}
+
+impl fmt::Display for Mtu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.bytes())
+    }
+}
+
+/// A 128-bit GID (`union ibv_gid`), in network byte order. On RoCE it is an IPv6 address, so
+/// it prints as one: `fe80::5054:ff:fe00:1`, `::ffff:10.99.0.1`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The raw bytes (network order), as `ibv_rc_pingpong` sends them.
+    pub fn raw(&self) -> [u8; 16] {
+        self.0
+    }
+    /// True for the all-zero GID (an empty table slot).
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
+    }
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`), else `None`.
+    pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
+        Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
+    /// The IPv4-mapped GID of an IPv4 address (what rxe puts in the table for it).
+    pub fn from_ipv4(ip: Ipv4Addr) -> Gid {
+        Gid(ip.to_ipv6_mapped().octets())
+    }
+    /// The GID as an IPv6 address.
+    pub fn to_ipv6(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.0)
+    }
+    /// True for a link-local `fe80::/10` GID.
+    pub fn is_link_local(&self) -> bool {
+        self.0[0] == 0xfe && (self.0[1] & 0xc0) == 0x80
+    }
+    pub(crate) fn to_ibv(self) -> ibv_gid {
+        ibv_gid { raw: self.0 }
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.to_ipv6(), f)
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+impl std::str::FromStr for Gid {
+    type Err = std::net::AddrParseError;
+    /// Parses an IPv6 form (`::ffff:10.99.0.1`) or a bare IPv4 address (mapped).
+    fn from_str(s: &str) -> std::result::Result<Gid, Self::Err> {
+        if let Ok(v4) = s.parse::<Ipv4Addr>() {
+            return Ok(Gid::from_ipv4(v4));
+        }
+        s.parse::<Ipv6Addr>().map(|a| Gid(a.octets()))
+    }
+}
+
+/// The GID types (`IBV_GID_TYPE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GidType {
+    /// `IBV_GID_TYPE_IB`: native InfiniBand.
+    Ib,
+    /// `IBV_GID_TYPE_ROCE_V1`: RoCE over raw Ethernet (ethertype 0x8915), not routable.
+    RoceV1,
+    /// `IBV_GID_TYPE_ROCE_V2`: RoCE over UDP/IP (port 4791), routable. What rxe speaks.
+    RoceV2,
+    Unknown(u32),
+}
+
+impl GidType {
+    fn from_raw(v: u32) -> GidType {
+        match v {
+            IBV_GID_TYPE_IB => GidType::Ib,
+            IBV_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            IBV_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+            v => GidType::Unknown(v),
+        }
+    }
+}
+
+impl fmt::Display for GidType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The spelling of /sys/class/infiniband/*/ports/*/gid_attrs/types/*.
+        match self {
+            GidType::Ib => f.write_str("IB"),
+            GidType::RoceV1 => f.write_str("RoCE v1"),
+            GidType::RoceV2 => f.write_str("RoCE v2"),
+            GidType::Unknown(v) => write!(f, "unknown({v})"),
+        }
+    }
+}
+
+/// One GID table entry (`struct ibv_gid_entry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The index to pass as `sgid_index`.
+    pub index: u32,
+    pub port: u8,
+    pub gid: Gid,
+    pub gid_type: GidType,
+    /// The netdev's ifindex (`ip link` number).
+    pub ndev_ifindex: u32,
+}
+
+/// `enum ibv_event_type`: what an asynchronous event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEventType {
+    CqErr,
+    QpFatal,
+    QpReqErr,
+    QpAccessErr,
+    CommEst,
+    SqDrained,
+    PathMig,
+    PathMigErr,
+    DeviceFatal,
+    PortActive,
+    PortErr,
+    LidChange,
+    PkeyChange,
+    SmChange,
+    SrqErr,
+    SrqLimitReached,
+    QpLastWqeReached,
+    ClientReregister,
+    GidChange,
+    WqFatal,
+    Unknown(u32),
+}
+
+enum ElementKind {
+    Cq,
+    Qp,
+    Srq,
+    Port,
+    Device,
+}
+
+impl AsyncEventType {
+    const NAMES: [&'static str; 20] = [
+        "IBV_EVENT_CQ_ERR",
+        "IBV_EVENT_QP_FATAL",
+        "IBV_EVENT_QP_REQ_ERR",
+        "IBV_EVENT_QP_ACCESS_ERR",
+        "IBV_EVENT_COMM_EST",
+        "IBV_EVENT_SQ_DRAINED",
+        "IBV_EVENT_PATH_MIG",
+        "IBV_EVENT_PATH_MIG_ERR",
+        "IBV_EVENT_DEVICE_FATAL",
+        "IBV_EVENT_PORT_ACTIVE",
+        "IBV_EVENT_PORT_ERR",
+        "IBV_EVENT_LID_CHANGE",
+        "IBV_EVENT_PKEY_CHANGE",
+        "IBV_EVENT_SM_CHANGE",
+        "IBV_EVENT_SRQ_ERR",
+        "IBV_EVENT_SRQ_LIMIT_REACHED",
+        "IBV_EVENT_QP_LAST_WQE_REACHED",
+        "IBV_EVENT_CLIENT_REREGISTER",
+        "IBV_EVENT_GID_CHANGE",
+        "IBV_EVENT_WQ_FATAL",
+    ];
+
+    /// From the C value.
+    pub fn from_raw(v: u32) -> Self {
+        use AsyncEventType::*;
+        const ALL: [AsyncEventType; 20] = [
+            CqErr,
+            QpFatal,
+            QpReqErr,
+            QpAccessErr,
+            CommEst,
+            SqDrained,
+            PathMig,
+            PathMigErr,
+            DeviceFatal,
+            PortActive,
+            PortErr,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqErr,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
+            WqFatal,
+        ];
+        ALL.get(v as usize).copied().unwrap_or(Unknown(v))
+    }
+
+    /// The C value.
+    pub fn raw(self) -> u32 {
+        match self {
+            AsyncEventType::Unknown(v) => v,
+            other => (0..20u32)
+                .find(|&i| AsyncEventType::from_raw(i) == other)
+                .unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The C name (`IBV_EVENT_CQ_ERR`).
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .get(self.raw() as usize)
+            .copied()
+            .unwrap_or("IBV_EVENT_?")
+    }
+
+    fn element_kind(self) -> ElementKind {
+        use AsyncEventType::*;
+        match self {
+            CqErr => ElementKind::Cq,
+            QpFatal | QpReqErr | QpAccessErr | CommEst | SqDrained | PathMig | PathMigErr
+            | QpLastWqeReached => ElementKind::Qp,
+            SrqErr | SrqLimitReached => ElementKind::Srq,
+            PortActive | PortErr | LidChange | PkeyChange | SmChange | ClientReregister
+            | GidChange => ElementKind::Port,
+            DeviceFatal | WqFatal | Unknown(_) => ElementKind::Device,
+        }
+    }
+}
+
+impl fmt::Display for AsyncEventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.raw())
+    }
+}
+
+/// What an async event is about (`ibv_async_event.element`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncElement {
+    /// A CQ; compare with [`crate::CompletionQueue::is_async_element`].
+    Cq(usize),
+    /// A QP, by its QP number.
+    Qp(u32),
+    /// An SRQ (opaque identity).
+    Srq(usize),
+    /// A port number.
+    Port(u8),
+    /// The device as a whole.
+    Device,
+}
+
+/// An asynchronous event, already acknowledged (`ibv_get_async_event(3)` +
+/// `ibv_ack_async_event(3)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncEvent {
+    pub kind: AsyncEventType,
+    pub element: AsyncElement,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_prints_like_ipv6() {
+        let g: Gid = "10.99.0.1".parse().unwrap();
+        assert_eq!(g.to_string(), "::ffff:10.99.0.1");
+        assert_eq!(g.to_ipv4(), Some(Ipv4Addr::new(10, 99, 0, 1)));
+        let ll: Gid = "fe80::5054:ff:fe00:1".parse().unwrap();
+        assert!(ll.is_link_local());
+        assert_eq!(ll.to_ipv4(), None);
+        assert_eq!(ll.to_string(), "fe80::5054:ff:fe00:1");
+    }
+
+    #[test]
+    fn mtu_sizes_and_order() {
+        assert_eq!(Mtu::Mtu1024.bytes(), 1024);
+        assert_eq!(Mtu::from_bytes(4096), Some(Mtu::Mtu4096));
+        assert_eq!(Mtu::Mtu4096.min(Mtu::Mtu1024), Mtu::Mtu1024);
+        assert_eq!(Mtu::from_raw(3), Some(Mtu::Mtu1024));
+    }
+
+    #[test]
+    fn async_event_names_round_trip() {
+        for i in 0..20 {
+            let t = AsyncEventType::from_raw(i);
+            assert_eq!(t.raw(), i);
+            assert!(t.name().starts_with("IBV_EVENT_"));
+        }
+        assert_eq!(AsyncEventType::CqErr.name(), "IBV_EVENT_CQ_ERR");
+        assert_eq!(AsyncEventType::from_raw(99), AsyncEventType::Unknown(99));
+    }
+
+    #[test]
+    fn port_state_str_matches_libibverbs() {
+        assert_eq!(PortState::Active.str(), "active");
+    }
+}

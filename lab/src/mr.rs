@@ -1,0 +1,475 @@
+//! Memory regions (`ibv_reg_mr(3)`, `ibv_dereg_mr(3)`) and their access flags.
+//!
+//! Registering memory pins its pages and gives two keys: the **lkey**, which local work
+//! requests put in their scatter/gather entries, and the **rkey**, which a peer needs (with the
+//! address) to read, write or do atomics on this memory. Pinned memory counts against
+//! `RLIMIT_MEMLOCK` (`ulimit -l`); going over it makes `ibv_reg_mr` fail with ENOMEM.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::os::raw::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::exchange::RemoteRegion;
+use crate::flags::flag_set;
+use crate::pd::{PdInner, ProtectionDomain};
+use crate::wr::Sge;
+
+flag_set! {
+    /// `enum ibv_access_flags`: what the memory (or a QP) allows (`ibv_reg_mr(3)`).
+    ///
+    /// `REMOTE_WRITE` and `REMOTE_ATOMIC` require `LOCAL_WRITE` too: without it `ibv_reg_mr`
+    /// fails with EINVAL (the NIC must be allowed to write the memory locally to serve them).
+    pub struct AccessFlags;
+    /// The NIC may write this memory for local operations (RECV, READ responses, atomics).
+    LOCAL_WRITE = 1 => "IBV_ACCESS_LOCAL_WRITE";
+    /// A peer may RDMA WRITE into it (needs `LOCAL_WRITE`).
+    REMOTE_WRITE = 2 => "IBV_ACCESS_REMOTE_WRITE";
+    /// A peer may RDMA READ from it.
+    REMOTE_READ = 4 => "IBV_ACCESS_REMOTE_READ";
+    /// A peer may do atomics on it (needs `LOCAL_WRITE`).
+    REMOTE_ATOMIC = 8 => "IBV_ACCESS_REMOTE_ATOMIC";
+    /// Memory windows may be bound to it.
+    MW_BIND = 16 => "IBV_ACCESS_MW_BIND";
+    /// Remote addresses are offsets from the start of the region.
+    ZERO_BASED = 32 => "IBV_ACCESS_ZERO_BASED";
+    /// On-demand paging (not supported by rxe).
+    ON_DEMAND = 64 => "IBV_ACCESS_ON_DEMAND";
+    /// The memory is backed by huge pages.
+    HUGETLB = 128 => "IBV_ACCESS_HUGETLB";
+    /// Relaxed PCI ordering (accepted and ignored by rxe).
+    RELAXED_ORDERING = 1048576 => "IBV_ACCESS_RELAXED_ORDERING";
+}
+
+impl AccessFlags {
+    /// `LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`: everything the course's
+    /// one-sided chapters need.
+    pub const ALL_REMOTE: AccessFlags = AccessFlags(1 | 2 | 4 | 8);
+}
+
+/// The system page size (`sysconf(_SC_PAGESIZE)`).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as usize } else { 4096 }
+}
+
+enum Buffer {
+    /// Allocated by `lab`: page-aligned and zeroed.
+    Aligned { ptr: NonNull<u8>, layout: Layout },
+    /// A caller's buffer, moved in (`Box<[u8]>` from a `Vec`).
+    Boxed { ptr: NonNull<u8>, len: usize },
+}
+
+/// A registered memory region: `struct ibv_mr` (`ibv_reg_mr(3)`) plus the memory it covers,
+/// which it owns (so the memory cannot be freed while the NIC may still use it).
+///
+/// The memory may be changed by the NIC at any time while registered with `LOCAL_WRITE` or
+/// `REMOTE_WRITE` (a RECV landing, a peer's RDMA WRITE). Read it after the completion that
+/// tells you it changed; [`MemoryRegion::read_u64`] / [`MemoryRegion::read_into`] use volatile
+/// reads for memory a peer writes without telling you (chapter 07's server).
+pub struct MemoryRegion {
+    mr: NonNull<ibv_mr>,
+    buf: Buffer,
+    len: usize,
+    access: AccessFlags,
+    pd: Arc<PdInner>,
+}
+
+// SAFETY: the MR and its buffer are owned; verbs calls are thread-safe.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: shared access only reads keys or the buffer through raw pointers.
+unsafe impl Sync for MemoryRegion {}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#018x}", self.addr()))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#010x}", self.lkey()))
+            .field("rkey", &format_args!("{:#010x}", self.rkey()))
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// Registers `len` bytes of fresh, zeroed, page-aligned memory (`ibv_reg_mr(3)`).
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        let layout = Layout::from_size_align(len.max(1), page_size())
+            .map_err(|e| Error::InvalidArgument(format!("buffer of {len} bytes: {e}").into()))?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(p) = NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        let buf = Buffer::Aligned { ptr: p, layout };
+        self.register(buf, p, len, access)
+    }
+
+    /// Registers a caller's buffer, which the region takes ownership of (`ibv_reg_mr(3)`); get
+    /// it back with [`MemoryRegion::dereg_into_vec`].
+    pub fn reg_mr_vec(&self, buf: Vec<u8>, access: AccessFlags) -> Result<MemoryRegion> {
+        let len = buf.len();
+        let b = Box::into_raw(buf.into_boxed_slice()) as *mut u8;
+        // SAFETY: Box::into_raw never returns null (a zero-length box gives a dangling, non-null
+        // pointer).
+        let p = unsafe { NonNull::new_unchecked(b) };
+        self.register(Buffer::Boxed { ptr: p, len }, p, len, access)
+    }
+
+    fn register(
+        &self,
+        buf: Buffer,
+        p: NonNull<u8>,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        // SAFETY: `p..p+len` is memory we own for the lifetime of the MR (it is freed only
+        // after ibv_dereg_mr); the PD is allocated.
+        let mr = unsafe {
+            ibv_reg_mr(
+                self.inner.pd.as_ptr(),
+                p.as_ptr() as *mut c_void,
+                len,
+                access.bits() as i32,
+            )
+        };
+        match ptr(mr, |errno| Error::RegMr {
+            len,
+            access,
+            errno,
+            hint: reg_mr_hint(errno, len, access),
+        }) {
+            Ok(mr) => Ok(MemoryRegion {
+                mr,
+                buf,
+                len,
+                access,
+                pd: self.inner.clone(),
+            }),
+            Err(e) => {
+                free_buffer(&buf);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn reg_mr_hint(errno: Errno, len: usize, access: AccessFlags) -> Hint {
+    let needs_lw = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    if errno.0 == libc::EINVAL
+        && !(access & needs_lw).is_empty()
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Hint::new(
+            "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE as well: \
+             add AccessFlags::LOCAL_WRITE",
+        );
+    }
+    if errno.0 == libc::ENOMEM {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `rl` is a valid out-pointer.
+        let limit = if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } == 0 {
+            if rl.rlim_cur == libc::RLIM_INFINITY {
+                "unlimited".to_string()
+            } else {
+                format!("{} KiB", rl.rlim_cur / 1024)
+            }
+        } else {
+            "unknown".to_string()
+        };
+        return Hint::new(format!(
+            "registering pins memory, which counts against RLIMIT_MEMLOCK (`ulimit -l`, now \
+             {limit}); {len} bytes did not fit. Raise it (`ulimit -l unlimited`, \
+             /etc/security/limits.conf `memlock`) or run with CAP_IPC_LOCK"
+        ));
+    }
+    Hint::none()
+}
+
+fn free_buffer(buf: &Buffer) {
+    match *buf {
+        // SAFETY: allocated in `reg_mr` with exactly this layout, freed once.
+        Buffer::Aligned { ptr, layout } => unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) },
+        // SAFETY: came from Box::into_raw of a boxed slice of `len` bytes, freed once.
+        Buffer::Boxed { ptr, len } => unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                ptr.as_ptr(),
+                len,
+            )));
+        },
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        if self.len == usize::MAX {
+            return; // already deregistered by `dereg`
+        }
+        // SAFETY: the MR is registered and deregistered exactly once.
+        let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
+        match rc(ret, |errno| Error::DeregMr { errno }) {
+            Ok(()) => free_buffer(&self.buf),
+            Err(e) => {
+                // The NIC may still write the memory: leak it rather than free it.
+                report_drop_failure("ibv_dereg_mr (the buffer is leaked)", &e);
+            }
+        }
+    }
+}
+
+impl MemoryRegion {
+    fn base(&self) -> *mut u8 {
+        match self.buf {
+            Buffer::Aligned { ptr, .. } | Buffer::Boxed { ptr, .. } => ptr.as_ptr(),
+        }
+    }
+
+    /// The start address (`mr->addr`), what a peer puts in `remote_addr`.
+    pub fn addr(&self) -> u64 {
+        self.base() as u64
+    }
+    /// The length in bytes (`mr->length`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The local key (`mr->lkey`), for this side's scatter/gather entries.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: the MR is registered while `self` lives.
+        unsafe { (*self.mr.as_ptr()).lkey }
+    }
+    /// The remote key (`mr->rkey`), for a peer's one-sided operations.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: the MR is registered while `self` lives.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+    /// The access flags it was registered with.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+    /// The kernel handle of the PD this region belongs to (see [`ProtectionDomain::handle`]).
+    pub fn pd_handle(&self) -> u32 {
+        // SAFETY: the PD outlives this MR (we hold an Arc).
+        unsafe { (*self.pd.pd.as_ptr()).handle }
+    }
+    /// What to send a peer for one-sided operations: address, length, rkey
+    /// ([`crate::exchange::RemoteRegion`], carried by the lab's exchange message).
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion {
+            addr: self.addr(),
+            len: self.len as u64,
+            rkey: self.rkey(),
+        }
+    }
+
+    /// The memory as a slice. Valid to read once a completion says the NIC is done with it.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: base..base+len is owned memory, initialised (zeroed or from a Vec).
+        unsafe { std::slice::from_raw_parts(self.base(), self.len) }
+    }
+    /// The memory as a mutable slice, to fill before posting.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` gives exclusive access on the Rust side.
+        unsafe { std::slice::from_raw_parts_mut(self.base(), self.len) }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::InvalidArgument(
+                format!(
+                    "bytes {offset}..{offset}+{len} are outside the memory region of {} bytes",
+                    self.len
+                )
+                .into(),
+            )),
+        }
+    }
+
+    /// Copies `out.len()` bytes at `offset` out with volatile reads (memory a peer may write
+    /// with RDMA WRITE without any completion on this side).
+    pub fn read_into(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: in bounds (checked above) of owned, initialised memory.
+            *b = unsafe { std::ptr::read_volatile(self.base().add(offset + i)) };
+        }
+        Ok(())
+    }
+
+    /// Copies `data` in at `offset` (volatile writes, for memory a peer may read).
+    pub fn write_from(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: in bounds (checked above) of owned memory; only the NIC shares it.
+            unsafe { std::ptr::write_volatile(self.base().add(offset + i), *b) };
+        }
+        Ok(())
+    }
+
+    /// Reads the host-order u64 at `offset` (volatile; 8-byte aligned offsets only), e.g. the
+    /// old value an atomic wrote back, or a counter peers update with atomics.
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        self.check(offset, 8)?;
+        let p = self.base().wrapping_add(offset);
+        if (p as usize) & 7 != 0 {
+            return Err(Error::InvalidArgument(
+                format!("offset {offset} is not 8-byte aligned").into(),
+            ));
+        }
+        // SAFETY: in bounds and 8-byte aligned (checked).
+        Ok(unsafe { std::ptr::read_volatile(p as *const u64) })
+    }
+
+    /// Writes a host-order u64 at `offset` (volatile; 8-byte aligned offsets only).
+    pub fn write_u64(&self, offset: usize, v: u64) -> Result<()> {
+        self.check(offset, 8)?;
+        let p = self.base().wrapping_add(offset);
+        if (p as usize) & 7 != 0 {
+            return Err(Error::InvalidArgument(
+                format!("offset {offset} is not 8-byte aligned").into(),
+            ));
+        }
+        // SAFETY: in bounds and 8-byte aligned (checked).
+        unsafe { std::ptr::write_volatile(p as *mut u64, v) };
+        Ok(())
+    }
+
+    /// A scatter/gather entry for bytes `range` of this region (addr, length, lkey).
+    ///
+    /// # Panics
+    /// If the range is outside the region (like slice indexing); see [`MemoryRegion::try_sge`].
+    pub fn sge(&self, range: impl RangeBounds<usize>) -> Sge {
+        let (s, e) = self.bounds(range);
+        self.try_sge(s..e).unwrap_or_else(|| {
+            panic!(
+                "sge {s}..{e} out of bounds of a memory region of {} bytes",
+                self.len
+            )
+        })
+    }
+
+    /// Like [`MemoryRegion::sge`], `None` if out of bounds.
+    pub fn try_sge(&self, range: impl RangeBounds<usize>) -> Option<Sge> {
+        let (s, e) = self.bounds(range);
+        if s > e || e > self.len || (e - s) > u32::MAX as usize {
+            return None;
+        }
+        Some(Sge::raw(
+            self.addr() + s as u64,
+            (e - s) as u32,
+            self.lkey(),
+        ))
+    }
+
+    fn bounds(&self, range: impl RangeBounds<usize>) -> (usize, usize) {
+        let s = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let e = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        (s, e)
+    }
+
+    /// Deregisters now (`ibv_dereg_mr(3)`), reporting failure. The memory is freed afterwards.
+    pub fn dereg(mut self) -> Result<()> {
+        // SAFETY: the MR is registered; marking len usize::MAX stops Drop from deregistering
+        // it again.
+        let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
+        let r = rc(ret, |errno| Error::DeregMr { errno });
+        if r.is_ok() {
+            free_buffer(&self.buf);
+        }
+        // On failure the buffer is leaked: the NIC may still use it.
+        self.len = usize::MAX;
+        r
+    }
+
+    /// Deregisters now and gives the memory back as a `Vec` (`ibv_dereg_mr(3)`).
+    pub fn dereg_into_vec(mut self) -> Result<Vec<u8>> {
+        // SAFETY: as in `dereg`.
+        let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
+        let len = self.len;
+        self.len = usize::MAX;
+        rc(ret, |errno| Error::DeregMr { errno })?;
+        // SAFETY: base..base+len is owned, initialised memory; copied before it is freed.
+        let v = unsafe { std::slice::from_raw_parts(self.base(), len) }.to_vec();
+        free_buffer(&self.buf);
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_flags_print_by_c_name() {
+        let a = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        assert_eq!(
+            a.to_string(),
+            "IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE"
+        );
+        assert_eq!(AccessFlags::empty().to_string(), "0");
+        assert_eq!(
+            AccessFlags::from_bits(1 | 0x4000).to_string(),
+            "IBV_ACCESS_LOCAL_WRITE | 0x4000"
+        );
+        assert!(AccessFlags::ALL_REMOTE.contains(AccessFlags::REMOTE_ATOMIC));
+        assert_eq!(
+            (AccessFlags::ALL_REMOTE - AccessFlags::LOCAL_WRITE).bits(),
+            14
+        );
+    }
+
+    #[test]
+    fn access_flags_match_rdma_sys() {
+        use rdma_sys::ibv_access_flags as A;
+        assert_eq!(AccessFlags::LOCAL_WRITE.bits(), A::IBV_ACCESS_LOCAL_WRITE.0);
+        assert_eq!(
+            AccessFlags::REMOTE_WRITE.bits(),
+            A::IBV_ACCESS_REMOTE_WRITE.0
+        );
+        assert_eq!(AccessFlags::REMOTE_READ.bits(), A::IBV_ACCESS_REMOTE_READ.0);
+        assert_eq!(
+            AccessFlags::REMOTE_ATOMIC.bits(),
+            A::IBV_ACCESS_REMOTE_ATOMIC.0
+        );
+        assert_eq!(AccessFlags::MW_BIND.bits(), A::IBV_ACCESS_MW_BIND.0);
+        assert_eq!(
+            AccessFlags::RELAXED_ORDERING.bits(),
+            A::IBV_ACCESS_RELAXED_ORDERING.0
+        );
+    }
+
+    #[test]
+    fn reg_mr_hints() {
+        let h = reg_mr_hint(Errno(22), 4096, AccessFlags::REMOTE_WRITE);
+        assert!(h.text().unwrap().contains("LOCAL_WRITE"));
+        let h = reg_mr_hint(Errno(12), 1 << 20, AccessFlags::LOCAL_WRITE);
+        assert!(h.text().unwrap().contains("RLIMIT_MEMLOCK"));
+        assert!(
+            reg_mr_hint(Errno(22), 1, AccessFlags::LOCAL_WRITE)
+                .text()
+                .is_none()
+        );
+    }
+}
