@@ -239,6 +239,7 @@ echo "== end"
         "exit code {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
         s.exit_code, s.stdout, s.stderr
     );
+    println!("{context}");
     assert_eq!(s.exit_code, 0, "the test script failed:\n{context}");
     assert!(
         s.stdout.contains("== exit 1: 0\n"),
