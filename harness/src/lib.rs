@@ -1,4 +1,33 @@
-//! harness: placeholder API (see docs/conventions.md); the harness issue replaces the bodies.
+//! harness: real SoftRoCE wherever the user is, and the `cargo lab` CLI.
+//!
+//! Most machines have no `rdma_rxe` (this one, GitHub's hosted runners, containers, WSL). The
+//! harness gives every chapter and device test a real rxe device anyway:
+//! - **native**: this host has an RDMA device: commands run here;
+//! - **vm**: QEMU boots an installed distro kernel that ships rdma_rxe, with the host's root
+//!   shared read-only over 9p (so `target/` binaries run unchanged) and a small agent inside
+//!   that runs commands for the host ([`proto`], [`conn`]). Two topologies: [`Topology`].
+//!
+//! Layout: [`kernel`] finds the kernel and module order, [`initramfs`] builds the cached
+//! initramfs, [`vm`] runs QEMU, [`lab`] hands out labs (boot, attach to a daemon, native),
+//! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
+//! `chapters/course.toml`. The CLI lives in `src/main.rs` and [`cli`].
+//!
+//! This crate never links rdma-sys: it must build on a machine without RDMA packages, to run
+//! `cargo lab doctor` and `cargo lab setup` there.
+
+pub mod cli;
+pub mod conn;
+pub mod course;
+pub mod initramfs;
+pub mod kernel;
+pub mod lab;
+/// The host <-> agent wire protocol (std only; shared with the guest agent via `include!`).
+pub mod proto;
+pub mod redact;
+/// Runs commands with the protocol's semantics (std only; shared with the guest agent).
+pub mod runner;
+pub mod testing;
+pub mod vm;
 
 /// Where the rxe device(s) live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -9,6 +38,31 @@ pub enum Topology {
     Pair,
 }
 
+impl Topology {
+    /// `loopback` or `pair`, as in chapters/course.toml.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Loopback => "loopback",
+            Topology::Pair => "pair",
+        }
+    }
+
+    pub fn all() -> [Topology; 2] {
+        [Topology::Loopback, Topology::Pair]
+    }
+}
+
+impl std::str::FromStr for Topology {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "loopback" => Ok(Topology::Loopback),
+            "pair" => Ok(Topology::Pair),
+            _ => Err(format!("unknown topology {s:?} (loopback or pair)")),
+        }
+    }
+}
+
 /// A node of the pair topology (loopback has only `A`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Node {
@@ -16,63 +70,23 @@ pub enum Node {
     B,
 }
 
-pub mod testing {
-    //! The API tests use.
-    use super::{Node, Topology};
-
-    /// Runs `body` where the rxe device is. Inside the lab (`LAB_GUEST=1`) it runs `body`
-    /// directly; elsewhere it re-runs this test (`test_name`, as libtest names it) inside the
-    /// lab and fails unless it passes there.
-    pub fn in_lab<F: FnOnce()>(topology: Topology, test_name: &str, body: F) {
-        if std::env::var_os("LAB_GUEST").is_some() {
-            body();
-        } else {
-            let _ = (topology, test_name);
-            panic!("harness: no lab environment yet (placeholder harness)");
+impl Node {
+    /// `a` or `b`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Node::A => "a",
+            Node::B => "b",
         }
     }
+}
 
-    /// One process to run in the lab.
-    #[derive(Debug, Clone)]
-    pub struct Role {
-        /// Section name in the transcript ("server", "client", "run", ...).
-        pub name: String,
-        pub node: Node,
-        pub argv: Vec<String>,
-        pub env: Vec<(String, String)>,
-        /// The next role starts only once this role printed a stdout line containing this.
-        pub ready: Option<String>,
-    }
-
-    /// One role's result.
-    #[derive(Debug, Clone)]
-    pub struct Section {
-        pub name: String,
-        pub exit_code: i32,
-        pub stdout: String,
-        pub stderr: String,
-    }
-
-    /// Every role's result, in role order.
-    #[derive(Debug, Clone)]
-    pub struct Transcript {
-        pub sections: Vec<Section>,
-    }
-
-    /// Runs roles in order (each waits for the previous one's `ready` line), then waits for all.
-    pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
-        let _ = (topology, roles);
-        panic!("harness: no lab environment yet (placeholder harness)");
-    }
-
-    /// Runs a chapter as `chapters/course.toml` describes it; `exe` is the chapter binary.
-    pub fn run_chapter(package: &str, exe: &str, extra_args: &[&str]) -> Transcript {
-        let _ = (package, exe, extra_args);
-        panic!("harness: no lab environment yet (placeholder harness)");
-    }
-
-    /// The one redaction table (docs/conventions.md §1).
-    pub fn redact(text: &str) -> String {
-        text.to_string()
+impl std::str::FromStr for Node {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "a" | "A" => Ok(Node::A),
+            "b" | "B" => Ok(Node::B),
+            _ => Err(format!("unknown node {s:?} (a or b)")),
+        }
     }
 }

@@ -1,5 +1,4 @@
-//! `cargo lab`: placeholder, replaced by the harness CLI.
+//! `cargo lab`: the harness CLI.
 fn main() {
-    eprintln!("cargo lab: not built yet");
-    std::process::exit(2);
+    std::process::exit(harness::cli::main());
 }

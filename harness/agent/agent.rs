@@ -1,0 +1,321 @@
+//! lab-agent: the harness's agent inside the lab VM.
+//!
+//! Built by harness/build.rs with `$RUSTC` alone (std only, static, no crates) and dropped into
+//! the initramfs. The VM's init script execs it (`--guest`) chrooted into the overlay of the
+//! host's root. It then
+//!  1. sets up the lab network and the rxe device (docs/conventions.md §2) and waits until the
+//!     RoCE v2 GID (`::ffff:a.b.c.d`) shows in the GID table, with a deadline;
+//!  2. serves the protocol of harness/src/proto.rs on the virtio-serial port named `lab.agent`:
+//!     runs commands, streams their output, reports exit statuses, answers `Ping` with `Ready`.
+//!
+//! `lab-agent --stdio` serves the same protocol on stdin/stdout without any setup, so the
+//! host's tests exercise it without a VM.
+
+#![allow(dead_code)]
+
+mod proto {
+    include!("../src/proto.rs");
+}
+mod runner {
+    include!("../src/runner.rs");
+}
+
+use proto::{Reply, Request};
+use runner::{Runner, Sink};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The guest's setup result: None while running, Some("") when ready, Some(error) if it failed.
+type SetupState = Arc<(Mutex<Option<String>>, Condvar)>;
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    match mode.as_str() {
+        "--stdio" => {
+            let setup: SetupState = Arc::new((Mutex::new(Some(String::new())), Condvar::new()));
+            let out: Box<dyn Write + Send> = Box::new(io::stdout());
+            serve(Box::new(io::stdin()), out, setup, None, false);
+        }
+        "--guest" => guest(),
+        _ => {
+            eprintln!("usage: lab-agent --stdio | --guest");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Serves one connection until its end of stream. Returns true if a Shutdown was asked.
+fn serve(
+    mut input: Box<dyn Read + Send>,
+    output: Box<dyn Write + Send>,
+    setup: SetupState,
+    base_env: Option<Vec<(String, String)>>,
+    guest: bool,
+) -> bool {
+    let output = Arc::new(Mutex::new(output));
+    let out2 = output.clone();
+    let sink: Sink = Arc::new(move |r: Reply| {
+        let frame = r.encode();
+        if let Ok(mut w) = out2.lock() {
+            // A host that went away is not the agent's problem: drop the output.
+            let _ = proto::write_frame(&mut *w, &frame);
+        }
+    });
+    let runner = Runner::new(sink.clone(), base_env);
+    loop {
+        let frame = match proto::read_frame(&mut input) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("lab-agent: bad input: {e}");
+                break;
+            }
+        };
+        let req = match Request::decode(frame.0, &frame.1) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("lab-agent: {e}");
+                continue;
+            }
+        };
+        match req {
+            Request::Run(r) => runner.run(r),
+            Request::Kill { id } => runner.kill(id),
+            Request::Ping => {
+                let setup = setup.clone();
+                let sink = sink.clone();
+                std::thread::spawn(move || {
+                    let (m, cv) = &*setup;
+                    let mut g = m.lock().unwrap();
+                    while g.is_none() {
+                        g = cv.wait(g).unwrap();
+                    }
+                    sink(Reply::Ready {
+                        error: g.clone().unwrap_or_default(),
+                    });
+                });
+            }
+            Request::Shutdown => {
+                runner.kill_all();
+                if guest {
+                    let _ = Command::new("sync").status();
+                    let _ = fs::write("/proc/sysrq-trigger", "o");
+                }
+                std::process::exit(0);
+            }
+        }
+    }
+    runner.kill_all();
+    false
+}
+
+fn guest() {
+    let setup: SetupState = Arc::new((Mutex::new(None), Condvar::new()));
+    let s2 = setup.clone();
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let r = match setup_network() {
+            Ok(()) => String::new(),
+            Err(e) => e,
+        };
+        eprintln!(
+            "lab-agent: setup {} in {} ms",
+            if r.is_empty() { "done" } else { "FAILED" },
+            t0.elapsed().as_millis()
+        );
+        if !r.is_empty() {
+            eprintln!("lab-agent: {r}");
+        }
+        let (m, cv) = &*s2;
+        *m.lock().unwrap() = Some(r);
+        cv.notify_all();
+    });
+    let mut base_env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("HOME".into(), "/root".into()),
+        ("LAB_GUEST".into(), "1".into()),
+    ];
+    if let Ok(node) = std::env::var("LAB_NODE") {
+        base_env.push(("LAB_NODE".into(), node));
+    }
+    let port = match find_port(Duration::from_secs(20)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("lab-agent: {e}");
+            let _ = fs::write("/proc/sysrq-trigger", "o");
+            std::process::exit(1);
+        }
+    };
+    loop {
+        let f = match OpenOptions::new().read(true).write(true).open(&port) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("lab-agent: open {port}: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        let w = f.try_clone().expect("dup port");
+        serve(
+            Box::new(f),
+            Box::new(w),
+            setup.clone(),
+            Some(base_env.clone()),
+            true,
+        );
+        // The host closed its end: wait a moment and serve the next connection.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// /dev/vportNpM of the virtio-serial port named `lab.agent`.
+fn find_port(limit: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(dir) = fs::read_dir("/sys/class/virtio-ports") {
+            for e in dir.flatten() {
+                let name = fs::read_to_string(e.path().join("name")).unwrap_or_default();
+                let dev = format!("/dev/{}", e.file_name().to_string_lossy());
+                if name.trim() == "lab.agent" && fs::metadata(&dev).is_ok() {
+                    return Ok(dev);
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("no virtio-serial port named lab.agent (is virtio_console loaded?)".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sh(prog: &str, args: &[&str], stdin: Option<&str>) -> Result<(), String> {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().map_err(|e| format!("{prog}: {e}"))?;
+    if let Some(input) = stdin {
+        let mut i = child.stdin.take().unwrap();
+        i.write_all(input.as_bytes())
+            .map_err(|e| format!("{prog}: {e}"))?;
+    }
+    let out = child.wait_with_output().map_err(|e| format!("{prog}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{prog} {}` failed ({}): {}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// docs/conventions.md §2: the pinned lab network, then rxe0 on it.
+fn setup_network() -> Result<(), String> {
+    let node = std::env::var("LAB_NODE").unwrap_or_default();
+    let (netdev, ip, batch) = match node.as_str() {
+        "" => (
+            "veth0",
+            "10.99.0.1",
+            "link set lo up\n\
+             link add veth0 type veth peer name veth1\n\
+             link set veth0 address 52:54:00:00:00:01\n\
+             addr add 10.99.0.1/24 dev veth0\n\
+             link set veth0 up\n\
+             link set veth1 up\n"
+                .to_string(),
+        ),
+        "a" | "b" => {
+            let ip = if node == "a" { "10.77.0.1" } else { "10.77.0.2" };
+            let dev = find_netdev_by_mac(if node == "a" {
+                "52:54:00:00:00:0a"
+            } else {
+                "52:54:00:00:00:0b"
+            })?;
+            let dev: &'static str = Box::leak(dev.into_boxed_str());
+            (
+                dev,
+                ip,
+                format!("link set lo up\naddr add {ip}/24 dev {dev}\nlink set {dev} up\n"),
+            )
+        }
+        other => return Err(format!("unknown LAB_NODE={other}")),
+    };
+    sh("ip", &["-batch", "-"], Some(&batch))?;
+    sh(
+        "rdma",
+        &["link", "add", "rxe0", "type", "rxe", "netdev", netdev],
+        None,
+    )?;
+    wait_gid(ip, Duration::from_secs(30))
+}
+
+fn find_netdev_by_mac(mac: &str) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(dir) = fs::read_dir("/sys/class/net") {
+            for e in dir.flatten() {
+                let a = fs::read_to_string(e.path().join("address")).unwrap_or_default();
+                if a.trim() == mac {
+                    return Ok(e.file_name().to_string_lossy().into_owned());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no netdev with MAC {mac}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until rxe0's GID table holds ::ffff:<ip> and port 1 is ACTIVE.
+fn wait_gid(ip: &str, limit: Duration) -> Result<(), String> {
+    let o: Vec<u32> = ip.split('.').map(|x| x.parse().unwrap_or(0)).collect();
+    let want = format!(
+        "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+        o[0], o[1], o[2], o[3]
+    );
+    let port = "/sys/class/infiniband/rxe0/ports/1";
+    let deadline = Instant::now() + limit;
+    loop {
+        let state = fs::read_to_string(format!("{port}/state")).unwrap_or_default();
+        let mut found = false;
+        if let Ok(dir) = fs::read_dir(format!("{port}/gids")) {
+            for e in dir.flatten() {
+                let mut s = String::new();
+                if let Ok(mut f) = File::open(e.path()) {
+                    let _ = f.read_to_string(&mut s);
+                }
+                if s.trim() == want {
+                    found = true;
+                }
+            }
+        }
+        if found && state.contains("ACTIVE") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "rxe0 not ready after {}s: port state {:?}, GID {want} {}",
+                limit.as_secs(),
+                state.trim(),
+                if found { "present" } else { "missing" }
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

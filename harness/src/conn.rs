@@ -1,0 +1,364 @@
+//! The host side of the agent protocol: one connection, many concurrent commands.
+//!
+//! A [`Conn`] owns one byte stream to an agent (the VM's virtio-serial socket, a `cargo lab up`
+//! daemon's relay socket, or a local [`Runner`](crate::runner::Runner) for the native provider)
+//! and multiplexes it: a reader thread routes each reply to the command it names.
+
+use crate::proto::{self, ExitStatus, Reply, Request, RunRequest};
+use crate::runner::Runner;
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// A command to run in the lab.
+#[derive(Debug, Clone, Default)]
+pub struct Cmd {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Working directory ("" = the agent's default, `/`).
+    pub cwd: String,
+    /// Enforced by the agent (kills the process group); `None` = no limit there.
+    pub timeout: Option<Duration>,
+}
+
+impl Cmd {
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(argv: I) -> Cmd {
+        Cmd {
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..Cmd::default()
+        }
+    }
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Cmd {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+    pub fn cwd(mut self, dir: impl Into<String>) -> Cmd {
+        self.cwd = dir.into();
+        self
+    }
+    pub fn timeout(mut self, t: Duration) -> Cmd {
+        self.timeout = Some(t);
+        self
+    }
+}
+
+/// What happens to a running command, in order: output chunks, then one `Exit` (or `Lost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exit(ExitStatus),
+    /// The connection to the agent broke (the VM died, the daemon went away).
+    Lost(String),
+}
+
+/// A finished command.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+type Route = Arc<Mutex<Box<dyn FnMut(Event) + Send>>>;
+
+struct Routes {
+    map: HashMap<u32, Route>,
+    closed: Option<String>,
+}
+
+enum Transport {
+    Stream(Mutex<UnixStream>),
+    Local(Runner),
+}
+
+struct Inner {
+    name: String,
+    transport: Transport,
+    routes: Mutex<Routes>,
+    ready: Mutex<Option<Result<(), String>>>,
+    ready_cv: Condvar,
+    next_id: AtomicU32,
+}
+
+/// One connection to an agent. Cheap to clone; all clones share the connection.
+#[derive(Clone)]
+pub struct Conn {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("name", &self.inner.name)
+            .finish()
+    }
+}
+
+impl Inner {
+    fn dispatch(&self, reply: Reply) {
+        let (id, ev) = match reply {
+            Reply::Ready { error } => {
+                *self.ready.lock().unwrap() =
+                    Some(if error.is_empty() { Ok(()) } else { Err(error) });
+                self.ready_cv.notify_all();
+                return;
+            }
+            Reply::Stdout { id, data } => (id, Event::Stdout(data)),
+            Reply::Stderr { id, data } => (id, Event::Stderr(data)),
+            Reply::Exit { id, status } => (id, Event::Exit(status)),
+        };
+        // Call the route outside the map's lock, so a slow consumer never blocks the other
+        // commands (and a callback may itself use the connection).
+        let route = {
+            let mut g = self.routes.lock().unwrap();
+            if matches!(ev, Event::Exit(_)) {
+                g.map.remove(&id)
+            } else {
+                g.map.get(&id).cloned()
+            }
+        };
+        if let Some(r) = route {
+            (r.lock().unwrap())(ev);
+        }
+    }
+
+    fn close(&self, why: String) {
+        let routes: Vec<Route> = {
+            let mut g = self.routes.lock().unwrap();
+            if g.closed.is_none() {
+                g.closed = Some(why.clone());
+            }
+            g.map.drain().map(|(_, r)| r).collect()
+        };
+        for r in routes {
+            (r.lock().unwrap())(Event::Lost(why.clone()));
+        }
+        let mut rd = self.ready.lock().unwrap();
+        if rd.is_none() {
+            *rd = Some(Err(why));
+        }
+        self.ready_cv.notify_all();
+    }
+
+    fn send(&self, req: &Request) -> io::Result<()> {
+        match &self.transport {
+            Transport::Stream(s) => {
+                let frame = req.encode();
+                let mut g = s.lock().unwrap();
+                proto::write_frame(&mut *g, &frame)
+            }
+            Transport::Local(r) => {
+                match req {
+                    Request::Run(rr) => r.run(rr.clone()),
+                    Request::Kill { id } => r.kill(*id),
+                    Request::Ping => self.dispatch(Reply::Ready {
+                        error: String::new(),
+                    }),
+                    Request::Shutdown => r.kill_all(),
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Transport::Stream(s) = &self.transport
+            && let Ok(s) = s.lock()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Conn {
+    /// Takes over a stream to an agent (or a relay) and starts its reader thread.
+    pub fn new(stream: UnixStream, name: &str) -> io::Result<Conn> {
+        let reader = stream.try_clone()?;
+        let inner = Arc::new(Inner {
+            name: name.to_string(),
+            transport: Transport::Stream(Mutex::new(stream)),
+            routes: Mutex::new(Routes {
+                map: HashMap::new(),
+                closed: None,
+            }),
+            ready: Mutex::new(None),
+            ready_cv: Condvar::new(),
+            next_id: AtomicU32::new(1),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name(format!("lab-conn-{name}"))
+            .spawn(move || reader_loop(reader, weak))?;
+        Ok(Conn { inner })
+    }
+
+    /// Runs commands on this host with the same protocol semantics (the native provider).
+    pub fn local(name: &str) -> Conn {
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let w = weak.clone();
+            let sink: crate::runner::Sink = Arc::new(move |r: Reply| {
+                if let Some(i) = w.upgrade() {
+                    i.dispatch(r);
+                }
+            });
+            let mut env: Vec<(String, String)> = std::env::vars().collect();
+            env.retain(|(k, _)| k != "LAB_GUEST");
+            env.push(("LAB_GUEST".into(), "1".into()));
+            Inner {
+                name: name.to_string(),
+                transport: Transport::Local(Runner::new(sink, Some(env))),
+                routes: Mutex::new(Routes {
+                    map: HashMap::new(),
+                    closed: None,
+                }),
+                ready: Mutex::new(None),
+                ready_cv: Condvar::new(),
+                next_id: AtomicU32::new(1),
+            }
+        });
+        Conn { inner }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Asks the agent whether the guest is set up and waits for the answer.
+    pub fn wait_ready(&self, limit: Duration) -> Result<(), String> {
+        self.inner
+            .send(&Request::Ping)
+            .map_err(|e| format!("{}: cannot reach the agent: {e}", self.inner.name))?;
+        let deadline = Instant::now() + limit;
+        let mut g = self.inner.ready.lock().unwrap();
+        loop {
+            if let Some(r) = g.clone() {
+                return r;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "{}: no answer from the agent within {} s",
+                    self.inner.name,
+                    limit.as_secs()
+                ));
+            }
+            g = self.inner.ready_cv.wait_timeout(g, left).unwrap().0;
+        }
+    }
+
+    /// Is the connection still open?
+    pub fn is_alive(&self) -> bool {
+        self.inner.routes.lock().unwrap().closed.is_none()
+    }
+
+    /// Starts a command; `on_event` receives its output and then exactly one `Exit` or `Lost`.
+    /// Returns the command's id (for [`Conn::kill`]).
+    pub fn spawn(
+        &self,
+        cmd: &Cmd,
+        on_event: impl FnMut(Event) + Send + 'static,
+    ) -> Result<u32, String> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut g = self.inner.routes.lock().unwrap();
+            if let Some(why) = &g.closed {
+                return Err(format!("{}: connection lost: {why}", self.inner.name));
+            }
+            g.map.insert(id, Arc::new(Mutex::new(Box::new(on_event))));
+        }
+        let req = Request::Run(RunRequest {
+            id,
+            argv: cmd.argv.clone(),
+            env: cmd.env.clone(),
+            cwd: cmd.cwd.clone(),
+            timeout_ms: cmd.timeout.map(|t| t.as_millis() as u64).unwrap_or(0),
+        });
+        if let Err(e) = self.inner.send(&req) {
+            self.inner.routes.lock().unwrap().map.remove(&id);
+            return Err(format!(
+                "{}: cannot send to the agent: {e}",
+                self.inner.name
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Kills a command (its whole process group) by id.
+    pub fn kill(&self, id: u32) {
+        let _ = self.inner.send(&Request::Kill { id });
+    }
+
+    /// Asks the other end to shut down (a daemon stops its lab; an agent powers the VM off).
+    pub fn shutdown(&self) {
+        let _ = self.inner.send(&Request::Shutdown);
+    }
+
+    /// Runs a command to completion, killing it if `limit` passes first (then the status is
+    /// `TimedOut`).
+    pub fn run(&self, cmd: &Cmd, limit: Duration) -> Result<Output, String> {
+        let (tx, rx) = mpsc::channel();
+        let id = self.spawn(cmd, move |e| {
+            let _ = tx.send(e);
+        })?;
+        let deadline = Instant::now() + limit;
+        let mut out = Output {
+            status: ExitStatus::Code(-1),
+            stdout: vec![],
+            stderr: vec![],
+        };
+        let mut killed = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = if killed {
+                Duration::from_secs(10)
+            } else {
+                left
+            };
+            match rx.recv_timeout(wait) {
+                Ok(Event::Stdout(d)) => out.stdout.extend(d),
+                Ok(Event::Stderr(d)) => out.stderr.extend(d),
+                Ok(Event::Exit(s)) => {
+                    out.status = if killed { ExitStatus::TimedOut } else { s };
+                    return Ok(out);
+                }
+                Ok(Event::Lost(why)) => return Err(format!("{}: {why}", self.inner.name)),
+                Err(mpsc::RecvTimeoutError::Timeout) if !killed => {
+                    killed = true;
+                    self.kill(id);
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "{}: command did not end even after a kill",
+                        self.inner.name
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn reader_loop(mut stream: UnixStream, inner: Weak<Inner>) {
+    let why = loop {
+        match proto::read_frame(&mut stream) {
+            Ok(Some((tag, body))) => match Reply::decode(tag, &body) {
+                Ok(r) => match inner.upgrade() {
+                    Some(i) => i.dispatch(r),
+                    None => return,
+                },
+                Err(e) => break format!("bad reply from the agent: {e}"),
+            },
+            Ok(None) => break "the agent closed the connection (did the VM stop?)".to_string(),
+            Err(e) => break format!("reading from the agent: {e}"),
+        }
+    };
+    if let Some(i) = inner.upgrade() {
+        i.close(why);
+    }
+}

@@ -1,0 +1,290 @@
+//! The lab VM's initramfs, built in Rust (cpio "newc") and cached per kernel and agent.
+//!
+//! Contents: a static busybox (for the init script), the kernel modules in load order
+//! (decompressed), the init script and the agent. Init mounts the host's root read-only over 9p
+//! with a tmpfs overlay on top, chroots into it and execs the agent.
+
+use crate::kernel::{self, Kernel};
+use anyhow::{Context as _, Result, bail};
+use std::io::{Read as _, Write};
+use std::path::{Path, PathBuf};
+
+/// The init script (busybox sh). `/mods/order` lists the modules in load order.
+pub const INIT: &str = r#"#!/bin/busybox sh
+bb=/bin/busybox
+$bb mount -t proc proc /proc
+$bb mount -t sysfs sys /sys
+$bb mount -t devtmpfs dev /dev
+fail() { echo "lab-init: $*"; $bb poweroff -f; }
+for m in $($bb cat /mods/order); do $bb insmod /mods/$m || echo "lab-init: insmod $m failed"; done
+$bb mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /host || fail "mounting the host's root over 9p failed"
+$bb mount -t tmpfs -o mode=0755 tmpfs /rw || fail "tmpfs"
+$bb mkdir -p /rw/up /rw/work
+$bb mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/up,workdir=/rw/work /newroot || fail "overlay mount failed"
+$bb mount --move /proc /newroot/proc
+$bb mount --move /sys /newroot/sys
+$bb mount --move /dev /newroot/dev
+$bb mount -t tmpfs tmpfs /newroot/run
+$bb mkdir -p /newroot/dev/shm /newroot/dev/pts
+$bb mount -t tmpfs tmpfs /newroot/dev/shm
+$bb mount -t devpts devpts /newroot/dev/pts
+$bb cp /lab-agent /newroot/run/lab-agent
+exec $bb chroot /newroot /run/lab-agent --guest
+"#;
+
+/// One file in the archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Dir(String),
+    File {
+        path: String,
+        mode: u32,
+        data: Vec<u8>,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+}
+
+/// Writes a cpio "newc" archive.
+pub fn write_cpio(entries: &[Entry]) -> Result<Vec<u8>> {
+    let mut out: Vec<u8> = vec![];
+    for (i, e) in entries.iter().enumerate() {
+        let ino = i as u32 + 1;
+        let (path, mode, data): (&str, u32, &[u8]) = match e {
+            Entry::Dir(p) => (p, 0o040755, &[]),
+            Entry::File { path, mode, data } => (path, 0o100000 | (mode & 0o7777), data),
+            Entry::Symlink { path, target } => (path, 0o120777, target.as_bytes()),
+        };
+        let b = cpio::newc::Builder::new(path)
+            .ino(ino)
+            .mode(mode)
+            .nlink(if matches!(e, Entry::Dir(_)) { 2 } else { 1 });
+        let mut w = b.write(&mut out, data.len() as u32);
+        w.write_all(data)?;
+        w.finish()?;
+    }
+    cpio::newc::trailer(&mut out)?;
+    Ok(out)
+}
+
+/// Reads a cpio "newc" archive back (for tests and `doctor`).
+pub fn read_cpio(mut data: &[u8]) -> Result<Vec<Entry>> {
+    let mut out = vec![];
+    loop {
+        let mut r = cpio::NewcReader::new(data)?;
+        if r.entry().is_trailer() {
+            break;
+        }
+        let name = r.entry().name().to_string();
+        let mode = r.entry().mode();
+        let mut body = vec![];
+        r.read_to_end(&mut body)?;
+        out.push(match mode & 0o170000 {
+            0o040000 => Entry::Dir(name),
+            0o120000 => Entry::Symlink {
+                path: name,
+                target: String::from_utf8(body)?,
+            },
+            _ => Entry::File {
+                path: name,
+                mode: mode & 0o7777,
+                data: body,
+            },
+        });
+        data = r.finish()?;
+    }
+    Ok(out)
+}
+
+/// A static busybox on this host (`busybox-static` on Debian/Ubuntu).
+pub fn find_busybox() -> Result<PathBuf> {
+    for p in [
+        "/bin/busybox",
+        "/usr/bin/busybox",
+        "/usr/lib/initramfs-tools/bin/busybox",
+    ] {
+        let p = Path::new(p);
+        if let Ok(data) = std::fs::read(p) {
+            // A dynamic ELF names its interpreter (ld-linux) near its start.
+            let head = &data[..data.len().min(8192)];
+            if !head.windows(8).any(|w| w == b"ld-linux") {
+                return Ok(p.to_path_buf());
+            }
+        }
+    }
+    bail!("no static busybox found; fix: run `cargo lab setup` (installs busybox-static)")
+}
+
+/// The archive's entries for a kernel: busybox, modules in order, init, agent.
+pub fn entries(
+    kernel: &Kernel,
+    wanted: &[&str],
+    busybox: &[u8],
+    agent: &[u8],
+) -> Result<Vec<Entry>> {
+    let deps = kernel::ModuleDeps::load(&kernel.modules)?;
+    let order = deps.load_order(wanted)?;
+    let mut e = vec![];
+    for d in ["bin", "dev", "proc", "sys", "host", "newroot", "rw", "mods"] {
+        e.push(Entry::Dir(d.into()));
+    }
+    e.push(Entry::File {
+        path: "bin/busybox".into(),
+        mode: 0o755,
+        data: busybox.to_vec(),
+    });
+    e.push(Entry::Symlink {
+        path: "bin/sh".into(),
+        target: "busybox".into(),
+    });
+    let mut names = String::new();
+    for rel in &order {
+        let data = kernel::read_module(&kernel.modules.join(rel))?;
+        let name = kernel::plain_name(rel);
+        names.push_str(&name);
+        names.push('\n');
+        e.push(Entry::File {
+            path: format!("mods/{name}"),
+            mode: 0o644,
+            data,
+        });
+    }
+    e.push(Entry::File {
+        path: "mods/order".into(),
+        mode: 0o644,
+        data: names.into_bytes(),
+    });
+    e.push(Entry::File {
+        path: "init".into(),
+        mode: 0o755,
+        data: INIT.as_bytes().to_vec(),
+    });
+    e.push(Entry::File {
+        path: "lab-agent".into(),
+        mode: 0o755,
+        data: agent.to_vec(),
+    });
+    Ok(e)
+}
+
+/// FNV-1a, 64 bit: a stable hash for cache keys.
+pub fn fnv64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for b in p.iter().chain(&[0xffu8]) {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    h
+}
+
+/// Where built artefacts are cached: `$LAB_CACHE_DIR`, else `$XDG_CACHE_HOME/rxe-lab`, else
+/// `~/.cache/rxe-lab`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("LAB_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("rxe-lab");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache/rxe-lab");
+    }
+    std::env::temp_dir().join("rxe-lab-cache")
+}
+
+/// Writes `data` to `path` atomically (temp file + rename), so parallel users never see a
+/// half-written file.
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().context("no parent dir")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+/// The cached initramfs for this kernel, module set and agent; built if missing.
+pub fn cached(kernel: &Kernel, wanted: &[&str], agent: &[u8]) -> Result<PathBuf> {
+    let busybox_path = find_busybox()?;
+    let busybox = std::fs::read(&busybox_path)?;
+    let deps = kernel::ModuleDeps::load(&kernel.modules)?;
+    let order = deps.load_order(wanted)?;
+    let mut sizes = String::new();
+    for rel in &order {
+        let len = std::fs::metadata(kernel.modules.join(rel))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        sizes.push_str(&format!("{rel}:{len}\n"));
+    }
+    let key = fnv64(&[
+        kernel.version.as_bytes(),
+        sizes.as_bytes(),
+        INIT.as_bytes(),
+        agent,
+        &busybox,
+    ]);
+    let path = cache_dir().join(format!("initramfs-{}-{key:016x}.cpio", kernel.version));
+    if path.is_file() {
+        return Ok(path);
+    }
+    let archive = write_cpio(&entries(kernel, wanted, &busybox, agent)?)?;
+    write_atomic(&path, &archive)?;
+    Ok(path)
+}
+
+/// The uncompressed kernel (ELF, PVH entry) extracted from the image, cached; `None` if the
+/// image holds no extractable ELF (then QEMU boots the bzImage itself).
+pub fn cached_vmlinux(kernel: &Kernel) -> Option<PathBuf> {
+    let meta = std::fs::metadata(&kernel.image).ok()?;
+    let mtime = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    let key = fnv64(&[
+        kernel.image.to_string_lossy().as_bytes(),
+        &meta.len().to_le_bytes(),
+        &mtime.to_le_bytes(),
+    ]);
+    let path = cache_dir().join(format!("vmlinux-{}-{key:016x}", kernel.version));
+    let no = cache_dir().join(format!("vmlinux-{}-{key:016x}.none", kernel.version));
+    if path.is_file() {
+        return Some(path);
+    }
+    if no.is_file() {
+        return None;
+    }
+    let mut img = vec![];
+    std::fs::File::open(&kernel.image)
+        .ok()?
+        .read_to_end(&mut img)
+        .ok()?;
+    match kernel::extract_vmlinux(&img) {
+        Ok(elf) if has_pvh_note(&elf) => {
+            write_atomic(&path, &elf).ok()?;
+            Some(path)
+        }
+        _ => {
+            let _ = write_atomic(&no, b"");
+            None
+        }
+    }
+}
+
+/// Does the ELF carry the Xen PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY = 18) QEMU needs?
+fn has_pvh_note(elf: &[u8]) -> bool {
+    // Cheap check: the note's owner "Xen" followed by type 18 appears in a PT_NOTE segment.
+    // Layout: namesz=4, descsz, type=18, "Xen\0".
+    elf.windows(16).any(|w| {
+        w[0..4] == 4u32.to_le_bytes() && w[8..12] == 18u32.to_le_bytes() && &w[12..16] == b"Xen\0"
+    })
+}

@@ -1,0 +1,304 @@
+//! Finding a kernel that ships `rdma_rxe`, and the modules the lab VM loads, in dependency order.
+
+use anyhow::{Context as _, Result, bail};
+use std::collections::{HashMap, HashSet};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+/// The modules the lab VM loads (their dependencies are added from modules.dep):
+/// virtio transport and console (the agent's port), 9p + overlay (the host's root),
+/// veth (loopback) or virtio_net (pair), rdma_rxe, and rdma_ucm for the rdma_cm chapter.
+pub const LOOPBACK_MODULES: &[&str] = &[
+    "virtio_pci",
+    "virtio_console",
+    "9pnet_virtio",
+    "9p",
+    "overlay",
+    "veth",
+    "rdma_rxe",
+    "rdma_ucm",
+];
+pub const PAIR_MODULES: &[&str] = &[
+    "virtio_pci",
+    "virtio_console",
+    "9pnet_virtio",
+    "9p",
+    "overlay",
+    "virtio_net",
+    "rdma_rxe",
+    "rdma_ucm",
+];
+
+/// An installed kernel: its image and its module tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    pub version: String,
+    pub image: PathBuf,
+    pub modules: PathBuf,
+}
+
+/// Compares kernel versions the way `sort -V` roughly does (numbers numerically).
+fn version_key(v: &str) -> Vec<(u64, String)> {
+    let mut out = vec![];
+    let mut num = String::new();
+    let mut txt = String::new();
+    for c in v.chars() {
+        if c.is_ascii_digit() {
+            if !txt.is_empty() {
+                out.push((0, std::mem::take(&mut txt)));
+            }
+            num.push(c);
+        } else {
+            if !num.is_empty() {
+                out.push((num.parse().unwrap_or(0), String::new()));
+                num.clear();
+            }
+            txt.push(c);
+        }
+    }
+    if !num.is_empty() {
+        out.push((num.parse().unwrap_or(0), String::new()));
+    }
+    if !txt.is_empty() {
+        out.push((0, txt));
+    }
+    out
+}
+
+/// Does this module tree hold rdma_rxe (any compression)?
+fn has_rxe(modules: &Path) -> bool {
+    if let Ok(dep) = std::fs::read_to_string(modules.join("modules.dep")) {
+        return dep.lines().any(|l| {
+            l.split(':')
+                .next()
+                .map(|p| module_name(p) == "rdma_rxe")
+                .unwrap_or(false)
+        });
+    }
+    false
+}
+
+/// Finds the newest kernel with an image in `boot` (vmlinuz-<ver>) and a module tree in
+/// `modules_root/<ver>` that contains rdma_rxe.
+pub fn find_kernel_in(boot: &Path, modules_root: &Path) -> Result<Kernel> {
+    let mut found = vec![];
+    let entries = std::fs::read_dir(modules_root)
+        .with_context(|| format!("reading {}", modules_root.display()))?;
+    for e in entries.flatten() {
+        let ver = e.file_name().to_string_lossy().into_owned();
+        let image = boot.join(format!("vmlinuz-{ver}"));
+        if image.is_file() && has_rxe(&e.path()) {
+            found.push(Kernel {
+                version: ver,
+                image,
+                modules: e.path(),
+            });
+        }
+    }
+    found.sort_by_key(|k| version_key(&k.version));
+    found.pop().ok_or_else(|| {
+        anyhow::anyhow!(
+            "no kernel with rdma_rxe found ({}/vmlinuz-* with {}/<version>/.../rdma_rxe.ko*); \
+             fix: run `cargo lab setup` (it installs linux-image-amd64, or \
+             linux-image-generic + linux-modules-extra-generic on Ubuntu)",
+            boot.display(),
+            modules_root.display()
+        )
+    })
+}
+
+/// The kernel the VM boots: `LAB_KERNEL=/path/vmlinuz-<ver>` forces one, else the newest
+/// installed kernel with rdma_rxe.
+pub fn find_kernel() -> Result<Kernel> {
+    if let Some(img) = std::env::var_os("LAB_KERNEL") {
+        let image = PathBuf::from(img);
+        let name = image
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ver = name.strip_prefix("vmlinuz-").unwrap_or(&name).to_string();
+        let modules = Path::new("/lib/modules").join(&ver);
+        if !image.is_file() || !has_rxe(&modules) {
+            bail!(
+                "LAB_KERNEL={} needs the image and /lib/modules/{ver} with rdma_rxe",
+                image.display()
+            );
+        }
+        return Ok(Kernel {
+            version: ver,
+            image,
+            modules,
+        });
+    }
+    find_kernel_in(Path::new("/boot"), Path::new("/lib/modules"))
+}
+
+/// `kernel/net/9p/9pnet_virtio.ko.zst` -> `9pnet_virtio` (dashes become underscores, as
+/// modprobe treats them).
+pub fn module_name(path: &str) -> String {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    let base = base.split(".ko").next().unwrap_or(base);
+    base.replace('-', "_")
+}
+
+/// modules.dep parsed: module name -> (path relative to the module tree, dependencies).
+#[derive(Debug, Default, Clone)]
+pub struct ModuleDeps {
+    entries: HashMap<String, (String, Vec<String>)>,
+    builtin: HashSet<String>,
+}
+
+impl ModuleDeps {
+    /// Parses `modules.dep` (and optionally `modules.builtin`).
+    pub fn parse(dep: &str, builtin: Option<&str>) -> ModuleDeps {
+        let mut entries = HashMap::new();
+        for line in dep.lines() {
+            let Some((path, deps)) = line.split_once(':') else {
+                continue;
+            };
+            let path = path.trim();
+            if path.is_empty() {
+                continue;
+            }
+            let deps = deps.split_whitespace().map(module_name).collect();
+            entries.insert(module_name(path), (path.to_string(), deps));
+        }
+        let builtin = builtin
+            .unwrap_or("")
+            .lines()
+            .map(|l| module_name(l.trim()))
+            .filter(|n| !n.is_empty())
+            .collect();
+        ModuleDeps { entries, builtin }
+    }
+
+    pub fn load(modules: &Path) -> Result<ModuleDeps> {
+        let dep = std::fs::read_to_string(modules.join("modules.dep"))
+            .with_context(|| format!("reading {}/modules.dep", modules.display()))?;
+        let builtin = std::fs::read_to_string(modules.join("modules.builtin")).ok();
+        Ok(ModuleDeps::parse(&dep, builtin.as_deref()))
+    }
+
+    /// Paths (relative to the module tree) to load, dependencies first, each once. Modules
+    /// built into the kernel are skipped; unknown modules are an error.
+    pub fn load_order(&self, wanted: &[&str]) -> Result<Vec<String>> {
+        let mut order = vec![];
+        let mut done = HashSet::new();
+        let mut visiting = HashSet::new();
+        for w in wanted {
+            self.visit(&module_name(w), &mut order, &mut done, &mut visiting)?;
+        }
+        Ok(order)
+    }
+
+    fn visit(
+        &self,
+        name: &str,
+        order: &mut Vec<String>,
+        done: &mut HashSet<String>,
+        visiting: &mut HashSet<String>,
+    ) -> Result<()> {
+        if done.contains(name) {
+            return Ok(());
+        }
+        let Some((path, deps)) = self.entries.get(name) else {
+            if self.builtin.contains(name) {
+                done.insert(name.to_string());
+                return Ok(());
+            }
+            bail!("module {name} is neither in modules.dep nor built into the kernel");
+        };
+        if !visiting.insert(name.to_string()) {
+            bail!("dependency cycle through module {name}");
+        }
+        for d in deps {
+            self.visit(d, order, done, visiting)?;
+        }
+        visiting.remove(name);
+        done.insert(name.to_string());
+        order.push(path.clone());
+        Ok(())
+    }
+}
+
+/// A module file's contents, decompressed (`.ko`, `.ko.xz`, `.ko.zst`, `.ko.gz`).
+pub fn read_module(path: &Path) -> Result<Vec<u8>> {
+    let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    decompress_module(&path.to_string_lossy(), &raw)
+}
+
+/// Decompresses a module by its file name's suffix.
+pub fn decompress_module(name: &str, raw: &[u8]) -> Result<Vec<u8>> {
+    let mut out = vec![];
+    if name.ends_with(".ko") {
+        return Ok(raw.to_vec());
+    } else if name.ends_with(".ko.xz") {
+        lzma_rs::xz_decompress(&mut std::io::BufReader::new(raw), &mut out)
+            .map_err(|e| anyhow::anyhow!("xz: {e:?}"))
+            .with_context(|| format!("decompressing {name}"))?;
+    } else if name.ends_with(".ko.zst") {
+        let mut d = ruzstd::decoding::StreamingDecoder::new(raw)
+            .map_err(|e| anyhow::anyhow!("zstd: {e}"))
+            .with_context(|| format!("decompressing {name}"))?;
+        d.read_to_end(&mut out)
+            .with_context(|| format!("decompressing {name}"))?;
+    } else if name.ends_with(".ko.gz") {
+        flate2::read::GzDecoder::new(raw)
+            .read_to_end(&mut out)
+            .with_context(|| format!("decompressing {name}"))?;
+    } else {
+        bail!("{name}: not a kernel module (.ko, .ko.xz, .ko.zst, .ko.gz)");
+    }
+    Ok(out)
+}
+
+/// The file name a module gets in the initramfs (compression suffix dropped).
+pub fn plain_name(rel: &str) -> String {
+    let base = rel.rsplit('/').next().unwrap_or(rel);
+    match base.find(".ko") {
+        Some(i) => format!("{}.ko", &base[..i]),
+        None => base.to_string(),
+    }
+}
+
+/// Extracts the uncompressed ELF kernel (vmlinux) from a bzImage, so QEMU can boot it through
+/// its PVH entry point and skip real mode and the decompressor (slow under TCG).
+/// Looks for the compressed payload (xz, gzip or zstd) after the setup code.
+pub fn extract_vmlinux(bzimage: &[u8]) -> Result<Vec<u8>> {
+    const XZ: &[u8] = &[0xfd, b'7', b'z', b'X', b'Z', 0];
+    const GZ: &[u8] = &[0x1f, 0x8b, 0x08];
+    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+    let is_elf = |b: &[u8]| b.len() > 4 && &b[..4] == b"\x7fELF";
+    for (magic, kind) in [(XZ, "xz"), (ZSTD, "zstd"), (GZ, "gzip")] {
+        let mut from = 0;
+        while let Some(pos) = find(&bzimage[from..], magic) {
+            let at = from + pos;
+            from = at + 1;
+            let data = &bzimage[at..];
+            let mut out = vec![];
+            let ok = match kind {
+                "xz" => {
+                    lzma_rs::xz_decompress(&mut std::io::BufReader::new(data), &mut out).is_ok()
+                        || is_elf(&out)
+                }
+                "zstd" => ruzstd::decoding::StreamingDecoder::new(data)
+                    .map(|mut d| d.read_to_end(&mut out).is_ok() || is_elf(&out))
+                    .unwrap_or(false),
+                _ => {
+                    flate2::read::GzDecoder::new(data)
+                        .read_to_end(&mut out)
+                        .is_ok()
+                        || is_elf(&out)
+                }
+            };
+            if ok && is_elf(&out) {
+                return Ok(out);
+            }
+        }
+    }
+    bail!("no compressed ELF kernel found in the image")
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}

@@ -1,0 +1,438 @@
+//! A lab: where the rxe device(s) are, and a way to run commands there.
+//!
+//! Three ways to get one (see [`Lab::acquire`]):
+//! - `native`: this host has an RDMA device: commands run here;
+//! - attach: a lab daemon (`cargo lab up`, or the labs `cargo lab test` exports through
+//!   `LAB_STATE_DIR`) already runs the VMs: connect to its relay sockets;
+//! - boot: start the VMs in this process (a test binary without a daemon).
+
+use crate::conn::{Cmd, Conn, Event, Output};
+use crate::proto::{self, Reply, Request};
+use crate::vm::{self, Vm, VmOptions};
+use crate::{Node, Topology};
+use anyhow::{Context as _, Result, bail};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Which provider a lab uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    Native,
+    Vm,
+}
+
+/// One node of a lab.
+#[derive(Debug)]
+pub struct LabNode {
+    pub node: Node,
+    pub conn: Conn,
+    /// The guest console log (VM labs).
+    pub console: Option<PathBuf>,
+}
+
+/// A running lab.
+#[derive(Debug)]
+pub struct Lab {
+    pub topology: Topology,
+    pub provider: Provider,
+    pub nodes: Vec<LabNode>,
+    /// The VMs, when this process started them.
+    vms: Vec<Vm>,
+    /// The state dir (sockets, console logs); removed on drop when owned.
+    pub dir: Option<PathBuf>,
+    owned_dir: bool,
+    /// How the lab came to be, for messages ("booted in 7.9 s (tcg)", "attached to ...").
+    pub origin: String,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for v in &self.vms {
+            v.kill();
+        }
+        if self.owned_dir
+            && let Some(d) = &self.dir
+        {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// The state dir a `cargo lab up` daemon uses for this workspace: `$LAB_STATE_DIR`, else
+/// `<tmp>/rxe-lab-up.<uid>.<hash of the workspace path>`; one subdir per topology.
+pub fn daemon_home(workspace: &Path) -> PathBuf {
+    if let Some(d) = std::env::var_os("LAB_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    let uid = std::fs::read_to_string("/proc/self/loginuid")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let key = crate::initramfs::fnv64(&[workspace.to_string_lossy().as_bytes(), uid.as_bytes()]);
+    std::env::temp_dir().join(format!("rxe-lab-up.{:08x}", key as u32))
+}
+
+/// Does this host have an RDMA device of its own (the native provider)?
+pub fn native_available() -> bool {
+    std::fs::read_dir("/sys/class/infiniband")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
+
+/// `LAB_PROVIDER=vm|native`, else native when an RDMA device exists, else vm.
+pub fn chosen_provider() -> Result<Provider> {
+    match std::env::var("LAB_PROVIDER").as_deref() {
+        Ok("native") => {
+            if !native_available() {
+                bail!(
+                    "LAB_PROVIDER=native but this host has no RDMA device; fix: run \
+                     `bash scripts/setup.sh --native` (loads rdma_rxe) or unset LAB_PROVIDER"
+                );
+            }
+            Ok(Provider::Native)
+        }
+        Ok("vm") => Ok(Provider::Vm),
+        Ok("") | Err(_) => Ok(if native_available() {
+            Provider::Native
+        } else {
+            Provider::Vm
+        }),
+        Ok(other) => bail!("LAB_PROVIDER={other}: expected `vm` or `native`"),
+    }
+}
+
+fn node_tag(n: Node) -> &'static str {
+    match n {
+        Node::A => "a",
+        Node::B => "b",
+    }
+}
+
+fn topo_nodes(t: Topology) -> &'static [Node] {
+    match t {
+        Topology::Loopback => &[Node::A],
+        Topology::Pair => &[Node::A, Node::B],
+    }
+}
+
+impl Lab {
+    /// Runs commands on this host (an RDMA device exists here).
+    pub fn native(topology: Topology) -> Lab {
+        let nodes = topo_nodes(topology)
+            .iter()
+            .map(|&n| LabNode {
+                node: n,
+                conn: Conn::local(&format!("native {}", node_tag(n))),
+                console: None,
+            })
+            .collect();
+        Lab {
+            topology,
+            provider: Provider::Native,
+            nodes,
+            vms: vec![],
+            dir: None,
+            owned_dir: false,
+            origin: "native rxe on this host".into(),
+        }
+    }
+
+    /// Boots the topology's VMs in this process, in a fresh private state dir.
+    pub fn boot(topology: Topology, opts: &VmOptions) -> Result<Lab> {
+        let dir = vm::new_state_dir(topology.name())?;
+        Self::boot_in(topology, opts, dir, true)
+    }
+
+    /// Boots into a given state dir.
+    pub fn boot_in(topology: Topology, opts: &VmOptions, dir: PathBuf, owned: bool) -> Result<Lab> {
+        let t0 = Instant::now();
+        let plan = vm::plan(topology, opts)?;
+        let booted = match vm::boot(topology, opts, &plan, &dir) {
+            Ok(b) => b,
+            Err(e) => {
+                if owned {
+                    // Keep the logs for diagnosis in a place that survives us.
+                    let keep = std::env::temp_dir().join(format!(
+                        "rxe-lab-failed-boot.{}.{}",
+                        std::process::id(),
+                        topology.name()
+                    ));
+                    let _ = std::fs::create_dir_all(&keep);
+                    for f in ["console-a.log", "console-b.log", "qemu-a.log", "qemu-b.log"] {
+                        let _ = std::fs::copy(dir.join(f), keep.join(f));
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e.context(format!("logs kept in {}", keep.display())));
+                }
+                return Err(e);
+            }
+        };
+        let mut nodes = vec![];
+        let mut vms = vec![];
+        for (v, c) in booted {
+            nodes.push(LabNode {
+                node: v.node,
+                conn: c,
+                console: Some(v.console.clone()),
+            });
+            vms.push(v);
+        }
+        Ok(Lab {
+            topology,
+            provider: Provider::Vm,
+            nodes,
+            vms,
+            dir: Some(dir),
+            owned_dir: owned,
+            origin: format!(
+                "booted in {:.1} s ({}, kernel {})",
+                t0.elapsed().as_secs_f64(),
+                plan.accel.name(),
+                plan.kernel.version
+            ),
+        })
+    }
+
+    /// Connects to a running daemon's lab in `dir` (`<home>/<topology>`).
+    pub fn attach(topology: Topology, dir: &Path) -> Result<Lab> {
+        let mut nodes = vec![];
+        for &n in topo_nodes(topology) {
+            let sock = dir.join(format!("node-{}.sock", node_tag(n)));
+            let s = UnixStream::connect(&sock)
+                .with_context(|| format!("connecting to {}", sock.display()))?;
+            let conn = Conn::new(s, &format!("node {}", node_tag(n)))?;
+            conn.wait_ready(Duration::from_secs(10))
+                .map_err(|e| anyhow::anyhow!(e))?;
+            nodes.push(LabNode {
+                node: n,
+                conn,
+                console: Some(dir.join(format!("console-{}.log", node_tag(n)))),
+            });
+        }
+        Ok(Lab {
+            topology,
+            provider: Provider::Vm,
+            nodes,
+            vms: vec![],
+            dir: Some(dir.to_path_buf()),
+            owned_dir: false,
+            origin: format!("attached to the lab in {}", dir.display()),
+        })
+    }
+
+    /// A lab for `topology`: native if chosen; else a running daemon's (in `LAB_STATE_DIR` or
+    /// this workspace's `cargo lab up`); else boots VMs here.
+    pub fn acquire(topology: Topology, workspace: Option<&Path>) -> Result<Lab> {
+        if chosen_provider()? == Provider::Native {
+            return Ok(Lab::native(topology));
+        }
+        let mut homes = vec![];
+        if let Some(d) = std::env::var_os("LAB_STATE_DIR") {
+            homes.push(PathBuf::from(d));
+        }
+        if let Some(ws) = workspace {
+            homes.push(daemon_home(ws));
+        }
+        for h in homes {
+            let dir = h.join(topology.name());
+            if dir.join("node-a.sock").exists()
+                && let Ok(lab) = Lab::attach(topology, &dir)
+            {
+                return Ok(lab);
+            }
+        }
+        Lab::boot(topology, &VmOptions::from_env())
+    }
+
+    /// The connection to a node (loopback has one node: every role runs on it).
+    pub fn conn(&self, node: Node) -> &Conn {
+        self.nodes
+            .iter()
+            .find(|n| n.node == node)
+            .map(|n| &n.conn)
+            .unwrap_or(&self.nodes[0].conn)
+    }
+
+    /// The server address chapters' clients use (docs/conventions.md §2).
+    pub fn server_addr(&self) -> &'static str {
+        match (self.provider, self.topology) {
+            (Provider::Vm, Topology::Pair) => "10.77.0.1",
+            _ => "127.0.0.1",
+        }
+    }
+
+    /// The tail of every node's console log (for errors).
+    pub fn console_tail(&self, lines: usize) -> String {
+        let mut s = String::new();
+        for n in &self.nodes {
+            if let Some(c) = &n.console {
+                s.push_str(&format!(
+                    "--- last lines of {} (node {}) ---\n{}\n",
+                    c.display(),
+                    node_tag(n.node),
+                    vm::tail(c, lines)
+                ));
+            }
+        }
+        s
+    }
+
+    /// Are all nodes reachable?
+    pub fn is_alive(&self) -> bool {
+        self.nodes.iter().all(|n| n.conn.is_alive())
+            && self.vms.iter().all(|v| v.exited().is_none())
+    }
+
+    /// Runs one command to completion on a node.
+    pub fn run(&self, node: Node, cmd: &Cmd, limit: Duration) -> Result<Output> {
+        self.conn(node)
+            .run(cmd, limit)
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", self.console_tail(20)))
+    }
+
+    /// The QEMU processes (pids) this lab owns.
+    pub fn vm_pids(&self) -> Vec<u32> {
+        self.vms.iter().map(|v| v.pid()).collect()
+    }
+
+    /// Serves this lab to other processes: a relay socket per node (`node-<x>.sock` in the
+    /// state dir) speaking the agent protocol. Returns when a client asks for Shutdown or a VM
+    /// dies. Used by the `cargo lab up` daemon.
+    pub fn serve(self) -> Result<()> {
+        let dir = self.dir.clone().context("a daemon needs a state dir")?;
+        let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let lab = Arc::new(self);
+        for n in &lab.nodes {
+            let sock = dir.join(format!("node-{}.sock", node_tag(n.node)));
+            let _ = std::fs::remove_file(&sock);
+            let listener =
+                UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+            let conn = n.conn.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                for s in listener.incoming().flatten() {
+                    let conn = conn.clone();
+                    let stop = stop.clone();
+                    std::thread::spawn(move || relay(s, conn, stop));
+                }
+            });
+        }
+        std::fs::write(dir.join("ready"), "")?;
+        let (m, cv) = &*stop;
+        let mut g = m.lock().unwrap();
+        while !*g {
+            let (g2, _) = cv.wait_timeout(g, Duration::from_millis(500)).unwrap();
+            g = g2;
+            if !lab.is_alive() {
+                eprintln!("lab daemon: a VM stopped; shutting down");
+                break;
+            }
+        }
+        drop(g);
+        for n in &lab.nodes {
+            let _ = std::fs::remove_file(dir.join(format!("node-{}.sock", node_tag(n.node))));
+        }
+        let _ = std::fs::remove_file(dir.join("ready"));
+        Ok(())
+    }
+}
+
+/// One client of the daemon: its commands run on `conn` under fresh ids; replies come back
+/// under the client's ids; its commands are killed when it disconnects.
+fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Condvar)>) {
+    let Ok(writer) = client.try_clone() else {
+        return;
+    };
+    let writer = Arc::new(Mutex::new(writer));
+    let ids: Arc<Mutex<HashMap<u32, u32>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut reader = client;
+    let send = |w: &Arc<Mutex<UnixStream>>, r: Reply| {
+        if let Ok(mut g) = w.lock() {
+            let _ = proto::write_frame(&mut *g, &r.encode());
+        }
+    };
+    while let Ok(Some((tag, body))) = proto::read_frame(&mut reader) {
+        let Ok(req) = Request::decode(tag, &body) else {
+            break;
+        };
+        match req {
+            Request::Ping => send(
+                &writer,
+                Reply::Ready {
+                    error: if conn.is_alive() {
+                        String::new()
+                    } else {
+                        "the lab's VM is gone".into()
+                    },
+                },
+            ),
+            Request::Run(r) => {
+                let cid = r.id;
+                let cmd = Cmd {
+                    argv: r.argv,
+                    env: r.env,
+                    cwd: r.cwd,
+                    timeout: (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms)),
+                };
+                let w = writer.clone();
+                let ids2 = ids.clone();
+                let res = conn.spawn(&cmd, move |ev| {
+                    let reply = match ev {
+                        Event::Stdout(data) => Reply::Stdout { id: cid, data },
+                        Event::Stderr(data) => Reply::Stderr { id: cid, data },
+                        Event::Exit(status) => {
+                            ids2.lock().unwrap().remove(&cid);
+                            Reply::Exit { id: cid, status }
+                        }
+                        Event::Lost(why) => {
+                            ids2.lock().unwrap().remove(&cid);
+                            Reply::Exit {
+                                id: cid,
+                                status: proto::ExitStatus::SpawnFailed(format!("lab lost: {why}")),
+                            }
+                        }
+                    };
+                    if let Ok(mut g) = w.lock() {
+                        let _ = proto::write_frame(&mut *g, &reply.encode());
+                    }
+                });
+                match res {
+                    Ok(gid) => {
+                        ids.lock().unwrap().insert(cid, gid);
+                    }
+                    Err(e) => send(
+                        &writer,
+                        Reply::Exit {
+                            id: cid,
+                            status: proto::ExitStatus::SpawnFailed(e),
+                        },
+                    ),
+                }
+            }
+            Request::Kill { id } => {
+                let gid = ids.lock().unwrap().get(&id).copied();
+                if let Some(g) = gid {
+                    conn.kill(g);
+                }
+            }
+            Request::Shutdown => {
+                let (m, cv) = &*stop;
+                *m.lock().unwrap() = true;
+                cv.notify_all();
+                break;
+            }
+        }
+    }
+    // The client went away: its commands go too.
+    let left: Vec<u32> = ids.lock().unwrap().values().copied().collect();
+    for g in left {
+        conn.kill(g);
+    }
+    if let Ok(mut w) = writer.lock() {
+        let _ = w.flush();
+    }
+}

@@ -1,0 +1,225 @@
+// Runs commands for the protocol in proto.rs: the guest agent uses it inside the VM, the native
+// provider on the host. std only (the agent `include!`s this file after proto.rs).
+//
+// Each command gets its own process group (so a kill or a timeout takes its children too),
+// stdin closed, stdout and stderr forwarded in chunks as they come, then one Exit reply, sent
+// only after both pipes are drained.
+
+use crate::proto::{CHUNK, ExitStatus, Reply, RunRequest};
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// Where replies go (the agent: a frame on the port; the host: a channel).
+pub type Sink = Arc<dyn Fn(Reply) + Send + Sync>;
+
+struct Proc {
+    child: Mutex<Child>,
+    pid: u32,
+}
+
+impl Proc {
+    fn kill(&self) {
+        kill_group(self.pid);
+        if let Ok(mut c) = self.child.lock() {
+            let _ = c.kill();
+        }
+    }
+}
+
+/// SIGKILL to a whole process group, through kill(1) (std has no killpg; this stays safe code).
+fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-s", "KILL", "--", &format!("-{pgid}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Runs commands concurrently and reports on them through a sink.
+#[derive(Clone)]
+pub struct Runner {
+    sink: Sink,
+    base_env: Vec<(String, String)>,
+    procs: Arc<Mutex<HashMap<u32, Arc<Proc>>>>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("base_env", &self.base_env)
+            .finish()
+    }
+}
+
+impl Runner {
+    /// `base_env`: the whole environment every command starts from (plus the request's env);
+    /// `None` keeps the caller's environment.
+    pub fn new(sink: Sink, base_env: Option<Vec<(String, String)>>) -> Runner {
+        let base = base_env.unwrap_or_else(|| std::env::vars().collect());
+        Runner {
+            sink,
+            base_env: base,
+            procs: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Starts a command; returns at once. Exactly one `Exit` reply follows, whatever happens.
+    pub fn run(&self, req: RunRequest) {
+        let id = req.id;
+        let Some(prog) = req.argv.first() else {
+            (self.sink)(Reply::Exit {
+                id,
+                status: ExitStatus::SpawnFailed("empty command".into()),
+            });
+            return;
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(&req.argv[1..])
+            .env_clear()
+            .envs(self.base_env.iter().map(|(k, v)| (k, v)))
+            .envs(req.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if !req.cwd.is_empty() {
+            if !std::path::Path::new(&req.cwd).is_dir() {
+                (self.sink)(Reply::Exit {
+                    id,
+                    status: ExitStatus::SpawnFailed(format!(
+                        "working directory {} does not exist here",
+                        req.cwd
+                    )),
+                });
+                return;
+            }
+            cmd.current_dir(&req.cwd);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                (self.sink)(Reply::Exit {
+                    id,
+                    status: ExitStatus::SpawnFailed(format!("{prog}: {e}")),
+                });
+                return;
+            }
+        };
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        for (mut pipe, is_err) in [
+            (Box::new(out) as Box<dyn std::io::Read + Send>, false),
+            (Box::new(err) as Box<dyn std::io::Read + Send>, true),
+        ] {
+            let sink = self.sink.clone();
+            let done = done_tx.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; CHUNK];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let data = buf[..n].to_vec();
+                            sink(if is_err {
+                                Reply::Stderr { id, data }
+                            } else {
+                                Reply::Stdout { id, data }
+                            });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+                let _ = done.send(());
+            });
+        }
+        drop(done_tx);
+        let pid = child.id();
+        let proc_ = Arc::new(Proc {
+            child: Mutex::new(child),
+            pid,
+        });
+        self.procs.lock().unwrap().insert(id, proc_.clone());
+        let procs = self.procs.clone();
+        let sink = self.sink.clone();
+        let deadline =
+            (req.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(req.timeout_ms));
+        std::thread::spawn(move || {
+            let mut timed_out = false;
+            let mut nap = Duration::from_millis(1);
+            let status = loop {
+                let r = proc_.child.lock().unwrap().try_wait();
+                match r {
+                    Ok(Some(s)) => break Ok(s),
+                    Ok(None) => {}
+                    Err(e) => break Err(e),
+                }
+                if let Some(d) = deadline
+                    && !timed_out
+                    && Instant::now() >= d
+                {
+                    timed_out = true;
+                    proc_.kill();
+                }
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(10));
+            };
+            // Drain both pipes; a leftover child of the command may hold them open: kill the
+            // group then, and give up on the rest after a bounded wait.
+            let mut drained = 0;
+            let mut grace = Instant::now() + Duration::from_secs(2);
+            let mut group_killed = false;
+            while drained < 2 {
+                let left = grace.saturating_duration_since(Instant::now());
+                match done_rx.recv_timeout(left) {
+                    Ok(()) => drained += 1,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) if !group_killed => {
+                        group_killed = true;
+                        kill_group(proc_.pid);
+                        grace = Instant::now() + Duration::from_secs(1);
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => break,
+                }
+            }
+            procs.lock().unwrap().remove(&id);
+            let status = match status {
+                _ if timed_out => ExitStatus::TimedOut,
+                Ok(s) => match (s.code(), s.signal()) {
+                    (Some(c), _) => ExitStatus::Code(c),
+                    (None, Some(sig)) => ExitStatus::Signal(sig),
+                    _ => ExitStatus::Code(-1),
+                },
+                Err(e) => ExitStatus::SpawnFailed(format!("wait: {e}")),
+            };
+            sink(Reply::Exit { id, status });
+        });
+    }
+
+    /// Kills a running command (its whole process group). Unknown ids are ignored.
+    pub fn kill(&self, id: u32) {
+        let p = self.procs.lock().unwrap().get(&id).cloned();
+        if let Some(p) = p {
+            p.kill();
+        }
+    }
+
+    /// Kills every running command.
+    pub fn kill_all(&self) {
+        let all: Vec<_> = self.procs.lock().unwrap().values().cloned().collect();
+        for p in all {
+            p.kill();
+        }
+    }
+
+    /// Ids of the commands still running.
+    pub fn running(&self) -> Vec<u32> {
+        self.procs.lock().unwrap().keys().copied().collect()
+    }
+}

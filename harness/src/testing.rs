@@ -1,0 +1,547 @@
+//! The API tests use: a shared lab per topology and test binary, chapters and roles run in it,
+//! transcripts and the one redaction table.
+//!
+//! ```no_run
+//! use harness::testing::run_chapter;
+//! let t = run_chapter("ch06-pingpong", env!("CARGO_BIN_EXE_ch06-pingpong"), &["-n", "10"]);
+//! t.assert_success();
+//! // insta::assert_snapshot!(t.redacted());
+//! ```
+//!
+//! Environment: `LAB_TIMEOUT_SECS` (every run's deadline, default 180), `LAB_STATE_DIR` (labs a
+//! `cargo lab test`/`cargo lab up` daemon runs), `LAB_PROVIDER`, `LAB_VM_MEM_MB`, `LAB_ACCEL`,
+//! `LAB_BOOT_TIMEOUT_SECS`.
+
+use crate::conn::{Cmd, Event};
+use crate::course::{Course, workspace_root};
+use crate::lab::{Lab, Provider};
+use crate::proto::ExitStatus;
+pub use crate::redact::redact;
+use crate::{Node, Topology};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One process to run in the lab.
+#[derive(Debug, Clone)]
+pub struct Role {
+    /// Section name in the transcript ("server", "client", "run", ...).
+    pub name: String,
+    pub node: Node,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// The next role starts only once this role printed a stdout line containing this.
+    pub ready: Option<String>,
+}
+
+impl Role {
+    /// A role on node a with no readiness line.
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(name: &str, argv: I) -> Role {
+        Role {
+            name: name.into(),
+            node: Node::A,
+            argv: argv.into_iter().map(Into::into).collect(),
+            env: vec![],
+            ready: None,
+        }
+    }
+    pub fn on(mut self, node: Node) -> Role {
+        self.node = node;
+        self
+    }
+    pub fn ready(mut self, line: &str) -> Role {
+        self.ready = Some(line.into());
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Role {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+}
+
+/// One role's result.
+#[derive(Debug, Clone)]
+pub struct Section {
+    pub name: String,
+    /// The exit code; 128 + N if killed by signal N; 124 if the harness killed it at its
+    /// deadline; 127 if it could not start; -1 if it never started (an earlier role failed).
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Every role's result, in role order.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    pub sections: Vec<Section>,
+}
+
+impl Transcript {
+    /// All sections, unredacted: each headed `== <name> (exit N)`, then its stdout, then its
+    /// stderr under `-- stderr` if there is any.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for sec in &self.sections {
+            s.push_str(&format!("== {} (exit {})\n", sec.name, sec.exit_code));
+            s.push_str(&sec.stdout);
+            if !sec.stdout.is_empty() && !sec.stdout.ends_with('\n') {
+                s.push('\n');
+            }
+            if !sec.stderr.is_empty() {
+                s.push_str("-- stderr\n");
+                s.push_str(&sec.stderr);
+                if !sec.stderr.ends_with('\n') {
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+
+    /// [`Transcript::text`] through the one redaction table, numbered over all sections: what
+    /// snapshots hold.
+    pub fn redacted(&self) -> String {
+        redact(&self.text())
+    }
+
+    /// The section of a role, by name (panics, listing the names, if there is none).
+    pub fn section(&self, name: &str) -> &Section {
+        self.sections
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| {
+                let names: Vec<_> = self.sections.iter().map(|s| s.name.as_str()).collect();
+                panic!("transcript has no section {name:?} (it has {names:?})")
+            })
+    }
+
+    /// Did every role exit 0?
+    pub fn success(&self) -> bool {
+        self.sections.iter().all(|s| s.exit_code == 0)
+    }
+
+    /// Panics, printing the whole transcript, unless every role exited 0.
+    #[track_caller]
+    pub fn assert_success(&self) -> &Self {
+        if !self.success() {
+            let bad: Vec<String> = self
+                .sections
+                .iter()
+                .filter(|s| s.exit_code != 0)
+                .map(|s| format!("{} exited {}", s.name, s.exit_code))
+                .collect();
+            panic!("{}\n{}", bad.join(", "), self.text());
+        }
+        self
+    }
+}
+
+impl std::fmt::Display for Transcript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// The deadline of one run (`LAB_TIMEOUT_SECS`, default 180 s: generous for TCG).
+pub fn run_timeout() -> Duration {
+    Duration::from_secs(
+        std::env::var("LAB_TIMEOUT_SECS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(180),
+    )
+}
+
+fn topo_index(t: Topology) -> usize {
+    match t {
+        Topology::Loopback => 0,
+        Topology::Pair => 1,
+    }
+}
+
+type Shared = OnceLock<Result<Arc<Lab>, String>>;
+static LABS: [Shared; 2] = [OnceLock::new(), OnceLock::new()];
+static LAB_LOCK: Mutex<()> = Mutex::new(());
+
+/// Serializes use of the labs within this process (rxe devices are shared).
+fn lock() -> MutexGuard<'static, ()> {
+    LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The lab for a topology, shared by every test of this binary: attached to a running daemon
+/// (`cargo lab test`, `cargo lab up`) or booted once here. Panics, saying which command fixes
+/// it, when no lab can be had: a device test never passes by skipping.
+pub fn lab(topology: Topology) -> Arc<Lab> {
+    match try_lab(topology) {
+        Ok(l) => l,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`lab`] without the panic.
+pub fn try_lab(topology: Topology) -> Result<Arc<Lab>, String> {
+    let r = LABS[topo_index(topology)].get_or_init(|| {
+        let t0 = Instant::now();
+        eprintln!("harness: getting a {} lab ...", topology.name());
+        match Lab::acquire(topology, workspace_root().as_deref()) {
+            Ok(l) => {
+                eprintln!(
+                    "harness: {} lab ready: {} [{:.1} s]",
+                    topology.name(),
+                    l.origin,
+                    t0.elapsed().as_secs_f64()
+                );
+                Ok(Arc::new(l))
+            }
+            Err(e) => Err(format!(
+                "harness: no {} lab: {e:#}\n\
+                 next: run `cargo lab doctor` to see what is missing and `cargo lab setup` to \
+                 install it (then `cargo lab test`)",
+                topology.name()
+            )),
+        }
+    });
+    r.clone()
+}
+
+/// Environment passed from the host to commands in the lab.
+fn passthrough_env() -> Vec<(String, String)> {
+    let mut env = vec![("LAB_GUEST".to_string(), "1".to_string())];
+    for (k, v) in std::env::vars() {
+        let pass = matches!(
+            k.as_str(),
+            "RUST_BACKTRACE"
+                | "RUST_LIB_BACKTRACE"
+                | "RUST_LOG"
+                | "LAB_DEVICE"
+                | "LAB_TIMEOUT_SECS"
+                | "NO_COLOR"
+                | "CLICOLOR"
+                | "CARGO_MANIFEST_DIR"
+                | "CARGO_PKG_NAME"
+                | "CARGO_TARGET_TMPDIR"
+        ) || k.starts_with("INSTA_");
+        if pass {
+            env.push((k, v));
+        }
+    }
+    if std::env::var_os("INSTA_WORKSPACE_ROOT").is_none()
+        && let Some(root) = workspace_root()
+    {
+        env.push((
+            "INSTA_WORKSPACE_ROOT".into(),
+            root.to_string_lossy().into_owned(),
+        ));
+    }
+    env
+}
+
+fn cwd() -> String {
+    std::env::current_dir()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "/".into())
+}
+
+/// Runs `body` where the rxe device is. Inside the lab (`LAB_GUEST=1`) it runs `body`
+/// directly; elsewhere it re-runs this test (`test_name`, as libtest names it, e.g.
+/// `tests::opens_a_device`; "" = the current thread's name, which libtest sets to the test's
+/// name) inside the lab and fails unless it passes there.
+pub fn in_lab<F: FnOnce()>(topology: Topology, test_name: &str, body: F) {
+    if std::env::var_os("LAB_GUEST").is_some() {
+        body();
+        return;
+    }
+    let name = if test_name.is_empty() {
+        std::thread::current()
+            .name()
+            .filter(|n| *n != "main")
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                panic!("in_lab: pass the test's name (libtest did not name this thread)")
+            })
+    } else {
+        test_name.to_string()
+    };
+    let lab = lab(topology);
+    let _g = lock();
+    if lab.provider == Provider::Native {
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Cmd::new([
+        exe.to_string_lossy().into_owned(),
+        name.clone(),
+        "--exact".into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ])
+    .cwd(cwd())
+    .timeout(run_timeout() + Duration::from_secs(5));
+    cmd.env = passthrough_env();
+    let out = lab
+        .run(Node::A, &cmd, run_timeout())
+        .unwrap_or_else(|e| panic!("in_lab({name}): {e:#}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    match out.status {
+        ExitStatus::Code(0) => {}
+        ExitStatus::TimedOut => panic!(
+            "in_lab({name}): still running after {} s (LAB_TIMEOUT_SECS); killed it\n{}",
+            run_timeout().as_secs(),
+            lab.console_tail(20)
+        ),
+        s => panic!("in_lab({name}): the test failed in the lab ({s:?})"),
+    }
+    if !stdout.contains("test result: ok. 1 passed") {
+        panic!(
+            "in_lab({name}): expected exactly 1 test to pass in the lab; is {name:?} the full \
+             test name as libtest prints it (module path included)?"
+        );
+    }
+}
+
+struct RoleState {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit: Option<i32>,
+    started: Option<u32>,
+    note: Option<String>,
+}
+
+/// Runs roles in order (each waits for the previous one's `ready` line), then waits for all.
+/// Panics with both roles' output so far (and the guest console's tail) when a deadline passes
+/// or the lab breaks.
+pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
+    let lab = lab(topology);
+    let _g = lock();
+    match run_roles_in(&lab, &roles, run_timeout()) {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`run_roles`] on a given lab, with a given deadline, without the panic or the lock (the CLI
+/// uses it).
+pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
+    let deadline = Instant::now() + limit;
+    let (tx, rx) = mpsc::channel::<(usize, Event)>();
+    let mut st: Vec<RoleState> = roles
+        .iter()
+        .map(|_| RoleState {
+            stdout: vec![],
+            stderr: vec![],
+            exit: None,
+            started: None,
+            note: None,
+        })
+        .collect();
+    let apply = |st: &mut Vec<RoleState>, (i, ev): (usize, Event)| -> Result<(), String> {
+        match ev {
+            Event::Stdout(d) => st[i].stdout.extend(d),
+            Event::Stderr(d) => st[i].stderr.extend(d),
+            Event::Exit(s) => {
+                if let ExitStatus::SpawnFailed(m) = &s {
+                    st[i]
+                        .stderr
+                        .extend(format!("harness: could not start: {m}\n").bytes());
+                }
+                st[i].exit = Some(s.code());
+            }
+            Event::Lost(why) => return Err(why),
+        }
+        Ok(())
+    };
+    let to_transcript = |st: &[RoleState]| Transcript {
+        sections: roles
+            .iter()
+            .zip(st)
+            .map(|(r, s)| {
+                let mut stderr = String::from_utf8_lossy(&s.stderr).into_owned();
+                if let Some(n) = &s.note {
+                    stderr.push_str(n);
+                }
+                Section {
+                    name: r.name.clone(),
+                    exit_code: s.exit.unwrap_or(-1),
+                    stdout: String::from_utf8_lossy(&s.stdout).into_owned(),
+                    stderr,
+                }
+            })
+            .collect(),
+    };
+    let kill_all = |st: &[RoleState]| {
+        for (r, s) in roles.iter().zip(st) {
+            if let (Some(id), None) = (s.started, s.exit) {
+                lab.conn(r.node).kill(id);
+            }
+        }
+    };
+    let fail = |st: &mut Vec<RoleState>, what: String| -> String {
+        kill_all(st);
+        // Collect what the kills produce, briefly.
+        let until = Instant::now() + Duration::from_secs(5);
+        while st.iter().any(|s| s.started.is_some() && s.exit.is_none()) {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(ev) => {
+                    if apply(st, ev).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let running: Vec<String> = roles
+            .iter()
+            .zip(st.iter())
+            .map(|(r, s)| {
+                format!(
+                    "{} ({})",
+                    r.name,
+                    match (s.started, s.exit) {
+                        (None, _) => "not started".to_string(),
+                        (Some(_), Some(c)) => format!("exited {c}"),
+                        (Some(_), None) => "still running".to_string(),
+                    }
+                )
+            })
+            .collect();
+        format!(
+            "harness: {what}\nroles: {}\ncommands: {}\n{}{}",
+            running.join(", "),
+            roles
+                .iter()
+                .map(|r| format!("[{}] {}", r.name, r.argv.join(" ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+            to_transcript(st).text(),
+            lab.console_tail(20)
+        )
+    };
+
+    let base_env = passthrough_env();
+    let mut stop_starting = None;
+    for (i, role) in roles.iter().enumerate() {
+        if let Some(why) = &stop_starting {
+            st[i].note = Some(format!("harness: not started: {why}\n"));
+            continue;
+        }
+        let mut env = base_env.clone();
+        if lab.topology == Topology::Pair && lab.provider == Provider::Vm {
+            env.push((
+                "LAB_NODE".into(),
+                match role.node {
+                    Node::A => "a".into(),
+                    Node::B => "b".into(),
+                },
+            ));
+        }
+        env.extend(role.env.iter().cloned());
+        let cmd = Cmd {
+            argv: role.argv.clone(),
+            env,
+            cwd: cwd(),
+            timeout: Some(limit + Duration::from_secs(10)),
+        };
+        let tx = tx.clone();
+        match lab.conn(role.node).spawn(&cmd, move |ev| {
+            let _ = tx.send((i, ev));
+        }) {
+            Ok(id) => st[i].started = Some(id),
+            Err(e) => return Err(fail(&mut st, format!("cannot start {}: {e}", role.name))),
+        }
+        if let Some(ready) = &role.ready {
+            loop {
+                if String::from_utf8_lossy(&st[i].stdout).contains(ready.as_str()) {
+                    break;
+                }
+                if let Some(code) = st[i].exit {
+                    stop_starting = Some(format!(
+                        "{} exited ({code}) before printing {ready:?}",
+                        role.name
+                    ));
+                    break;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(ev) => {
+                        if let Err(why) = apply(&mut st, ev) {
+                            return Err(fail(&mut st, format!("lab lost: {why}")));
+                        }
+                    }
+                    Err(_) => {
+                        return Err(fail(
+                            &mut st,
+                            format!(
+                                "{} did not print {ready:?} within {} s (LAB_TIMEOUT_SECS); killed the roles",
+                                role.name,
+                                limit.as_secs()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    while st.iter().any(|s| s.started.is_some() && s.exit.is_none()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(ev) => {
+                if let Err(why) = apply(&mut st, ev) {
+                    return Err(fail(&mut st, format!("lab lost: {why}")));
+                }
+            }
+            Err(_) => {
+                return Err(fail(
+                    &mut st,
+                    format!(
+                        "still running after {} s (LAB_TIMEOUT_SECS); killed the roles",
+                        limit.as_secs()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(to_transcript(&st))
+}
+
+/// The roles of a chapter as `chapters/course.toml` describes it, for a lab.
+pub fn chapter_roles(
+    lab: &Lab,
+    package: &str,
+    exe: &str,
+    extra_args: &[&str],
+) -> Result<Vec<Role>, String> {
+    let (course, _) = Course::load().map_err(|e| format!("{e:#}"))?;
+    let ch = course
+        .find(package)
+        .ok_or_else(|| format!("chapter {package} is not in chapters/course.toml"))?;
+    let t = ch.topology().map_err(|e| e.to_string())?;
+    if t != lab.topology {
+        return Err(format!(
+            "chapter {package} needs the {} topology, got a {} lab",
+            t.name(),
+            lab.topology.name()
+        ));
+    }
+    Ok(ch.roles(exe, extra_args, lab.server_addr()))
+}
+
+/// Runs a chapter as `chapters/course.toml` describes it; `exe` is the chapter binary
+/// (`env!("CARGO_BIN_EXE_<package>")`); `extra_args` are appended to every role's args.
+pub fn run_chapter(package: &str, exe: &str, extra_args: &[&str]) -> Transcript {
+    let (course, _) = Course::load().unwrap_or_else(|e| panic!("{e:#}"));
+    let ch = course
+        .find(package)
+        .unwrap_or_else(|| panic!("chapter {package} is not in chapters/course.toml"));
+    let topology = ch.topology().unwrap_or_else(|e| panic!("{e}"));
+    let lab = lab(topology);
+    let roles = chapter_roles(&lab, package, exe, extra_args).unwrap_or_else(|e| panic!("{e}"));
+    let _g = lock();
+    match run_roles_in(&lab, &roles, run_timeout()) {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,553 @@
+//! The microVM provider: QEMU booting an installed distro kernel that ships rdma_rxe.
+//!
+//! Recipe (measured in ../shared/DESIGN.md §1): `-kernel` (the extracted vmlinux through its
+//! PVH entry when possible) + our initramfs; the host's root read-only over 9p; the agent on a
+//! virtio-serial port whose host end is a unix socket in the lab's state dir; the guest console
+//! in `console-<node>.log` there. Pair: two VMs whose NICs are UDP sockets on 127.0.0.1 aimed at
+//! each other.
+//!
+//! Teardown: QEMU is started through `setpriv --pdeathsig KILL` from one thread that lives as
+//! long as the process, so QEMU dies with the process that started it even when nobody drops
+//! the lab (a static in a test binary). State dirs left by dead processes are removed by the
+//! next user ([`reap_stale`]).
+
+use crate::conn::Conn;
+use crate::initramfs;
+use crate::kernel::{self, Kernel};
+use crate::{Node, Topology};
+use anyhow::{Context as _, Result, bail};
+use std::io::Read as _;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+/// The agent binary built by build.rs.
+pub const AGENT_PATH: &str = env!("LAB_AGENT_PATH");
+
+/// How the VMs are run. `from_env` reads LAB_VM_MEM_MB, LAB_ACCEL, LAB_BOOT_TIMEOUT_SECS,
+/// LAB_PCAP.
+#[derive(Debug, Clone)]
+pub struct VmOptions {
+    /// Memory per VM (MiB). Default 1024.
+    pub mem_mb: u32,
+    /// vCPUs of the loopback VM (pair VMs get one each). Default 2.
+    pub loopback_smp: u32,
+    /// `None`: probe KVM, fall back to TCG.
+    pub accel: Option<Accel>,
+    pub boot_timeout: Duration,
+    /// Pair only: write a pcap of the wire here.
+    pub pcap: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl VmOptions {
+    pub fn from_env() -> VmOptions {
+        VmOptions {
+            mem_mb: env_num("LAB_VM_MEM_MB").unwrap_or(1024) as u32,
+            loopback_smp: env_num("LAB_VM_SMP").unwrap_or(2) as u32,
+            accel: match std::env::var("LAB_ACCEL").as_deref() {
+                Ok("kvm") => Some(Accel::Kvm),
+                Ok("tcg") => Some(Accel::Tcg),
+                _ => None,
+            },
+            boot_timeout: Duration::from_secs(env_num("LAB_BOOT_TIMEOUT_SECS").unwrap_or(120)),
+            pcap: std::env::var_os("LAB_PCAP").map(PathBuf::from),
+        }
+    }
+}
+
+/// One running QEMU.
+#[derive(Debug)]
+pub struct Vm {
+    pub node: Node,
+    pub console: PathBuf,
+    pub qemu_log: PathBuf,
+    pub agent_sock: PathBuf,
+    child: Mutex<Child>,
+}
+
+impl Vm {
+    pub fn pid(&self) -> u32 {
+        self.child.lock().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Has QEMU exited? (with its status)
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.child.lock().ok()?.try_wait().ok().flatten()
+    }
+
+    pub fn kill(&self) {
+        if let Ok(mut c) = self.child.lock() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+type SpawnReq = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns a command from a thread that never exits, so `PR_SET_PDEATHSIG` (which fires when
+/// the *thread* that forked the child exits) fires only when the whole process goes.
+pub fn spawn_tied(cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnReq>>> = OnceLock::new();
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnReq>();
+        std::thread::Builder::new()
+            .name("lab-spawner".into())
+            .spawn(move || {
+                for (mut c, reply) in rx {
+                    let _ = reply.send(c.spawn());
+                }
+            })
+            .expect("spawn the lab-spawner thread");
+        Mutex::new(tx)
+    });
+    let (rtx, rrx) = mpsc::channel();
+    tx.lock()
+        .unwrap()
+        .send((cmd, rtx))
+        .map_err(|_| std::io::Error::other("lab-spawner thread gone"))?;
+    rrx.recv()
+        .map_err(|_| std::io::Error::other("lab-spawner thread gone"))?
+}
+
+/// A command for `prog` that gets SIGKILL when the thread that spawns it exits
+/// (`setpriv --pdeathsig KILL`, util-linux); spawn it with [`spawn_tied`].
+pub fn tied_command(prog: &Path) -> Command {
+    match which("setpriv") {
+        Some(sp) => {
+            let mut c = Command::new(sp);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(prog);
+            c
+        }
+        None => Command::new(prog),
+    }
+}
+
+/// Finds a program on PATH.
+pub fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// QEMU for x86_64.
+pub fn qemu_binary() -> Result<PathBuf> {
+    which("qemu-system-x86_64").context(
+        "qemu-system-x86_64 not found; fix: run `cargo lab setup` (installs qemu-system-x86)",
+    )
+}
+
+/// A fresh private state dir under the temp dir: `rxe-lab.<pid>.<n>.<what>`, with an
+/// `owner.pid` so [`reap_stale`] can tell when it is abandoned.
+pub fn new_state_dir(what: &str) -> Result<PathBuf> {
+    static N: AtomicU32 = AtomicU32::new(0);
+    reap_stale();
+    let pid = std::process::id();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rxe-lab.{pid}.{n}.{what}"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("owner.pid"), pid.to_string())?;
+    Ok(dir)
+}
+
+/// Is a process alive? (Linux: /proc/<pid>)
+pub fn pid_alive(pid: u32) -> bool {
+    // A zombie still has /proc/<pid>; treat it as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Removes state dirs whose owner process is gone.
+pub fn reap_stale() {
+    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("rxe-lab.") {
+            continue;
+        }
+        let owner = std::fs::read_to_string(e.path().join("owner.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        match owner {
+            Some(pid) if pid_alive(pid) => {}
+            Some(_) => {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+            None => {
+                // Being created right now, or broken: remove only if old.
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .map(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600))
+                    .unwrap_or(false);
+                if old {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+}
+
+/// The last `n` lines of a log file, without kernel timestamps noise removed (kept as is).
+pub fn tail(path: &Path, n: usize) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let mut b = vec![];
+        let _ = f.read_to_end(&mut b);
+        s = String::from_utf8_lossy(&b).into_owned();
+    }
+    let lines: Vec<&str> = s.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..].join("\n")
+}
+
+/// Free UDP ports on 127.0.0.1 (bound then released; QEMU binds them right after).
+pub fn free_udp_ports(n: usize) -> Result<Vec<u16>> {
+    let socks: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<_>>()?;
+    Ok(socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()).unwrap_or(0))
+        .collect())
+}
+
+/// Is KVM usable? `/dev/kvm` must open, and a short KVM boot of the lab kernel must reach the
+/// kernel's first console line (this host's kvm_pvm hangs instead). Cached per host kernel.
+pub fn probe_accel(kernel: &Kernel, image: &Path) -> Accel {
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
+        return Accel::Tcg;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let key = initramfs::fnv64(&[host.trim().as_bytes(), kernel.version.as_bytes()]);
+    let cache = initramfs::cache_dir().join(format!("accel-{key:016x}"));
+    match std::fs::read_to_string(&cache).as_deref() {
+        Ok("kvm") => return Accel::Kvm,
+        Ok("tcg") => return Accel::Tcg,
+        _ => {}
+    }
+    let verdict = probe_kvm_boot(image).unwrap_or(false);
+    let a = if verdict { Accel::Kvm } else { Accel::Tcg };
+    let _ = initramfs::write_atomic(&cache, a.name().as_bytes());
+    a
+}
+
+fn probe_kvm_boot(image: &Path) -> Result<bool> {
+    let dir = new_state_dir("kvm-probe")?;
+    let log = dir.join("console.log");
+    let mut cmd = tied_command(&qemu_binary()?);
+    cmd.args([
+        "-no-user-config",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+    ])
+    .args(["-machine", "pc,accel=kvm", "-cpu", "host", "-m", "256"])
+    .arg("-kernel")
+    .arg(image)
+    .args(["-append", "console=ttyS0 panic=-1 root=/dev/lab-none"])
+    .arg("-serial")
+    .arg(format!("file:{}", log.display()))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut child = spawn_tied(cmd)?;
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut ok = false;
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(&log)
+            .map(|s| s.contains("Linux version"))
+            .unwrap_or(false)
+        {
+            ok = true;
+            break;
+        }
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ok)
+}
+
+/// What to boot, resolved once: kernel, image to pass to `-kernel`, initramfs, accelerator.
+#[derive(Debug, Clone)]
+pub struct BootPlan {
+    pub kernel: Kernel,
+    pub image: PathBuf,
+    pub initrd: PathBuf,
+    pub accel: Accel,
+}
+
+/// Finds the kernel, builds (or reuses) the initramfs and the vmlinux, picks the accelerator.
+pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
+    let kernel = kernel::find_kernel()?;
+    let agent =
+        std::fs::read(AGENT_PATH).with_context(|| format!("reading the lab agent {AGENT_PATH}"))?;
+    let wanted = match topology {
+        Topology::Loopback => kernel::LOOPBACK_MODULES,
+        Topology::Pair => kernel::PAIR_MODULES,
+    };
+    let initrd =
+        initramfs::cached(&kernel, wanted, &agent).context("building the lab initramfs")?;
+    let image = if std::env::var_os("LAB_NO_PVH").is_some() {
+        kernel.image.clone()
+    } else {
+        initramfs::cached_vmlinux(&kernel).unwrap_or_else(|| kernel.image.clone())
+    };
+    let accel = match opts.accel {
+        Some(a) => a,
+        None => probe_accel(&kernel, &kernel.image),
+    };
+    Ok(BootPlan {
+        kernel,
+        image,
+        initrd,
+        accel,
+    })
+}
+
+/// Per-VM network: the pair's wire.
+#[derive(Debug, Clone)]
+struct Wire {
+    mac: &'static str,
+    local: u16,
+    peer: u16,
+    pcap: Option<PathBuf>,
+}
+
+fn start_one(
+    plan: &BootPlan,
+    dir: &Path,
+    node: Option<Node>,
+    smp: u32,
+    mem_mb: u32,
+    wire: Option<Wire>,
+) -> Result<Vm> {
+    let tag = match node {
+        Some(Node::B) => "b",
+        _ => "a",
+    };
+    let console = dir.join(format!("console-{tag}.log"));
+    let qemu_log = dir.join(format!("qemu-{tag}.log"));
+    let agent_sock = dir.join(format!("agent-{tag}.sock"));
+    let _ = std::fs::remove_file(&agent_sock);
+    let mut append = String::from("console=ttyS0 quiet panic=-1 tsc=reliable");
+    if let Some(n) = node {
+        append.push_str(match n {
+            Node::A => " LAB_NODE=a",
+            Node::B => " LAB_NODE=b",
+        });
+    }
+    let mut cmd = tied_command(&qemu_binary()?);
+    cmd.args([
+        "-no-user-config",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+    ])
+    .arg("-machine")
+    .arg(format!("pc,accel={}", plan.accel.name()))
+    .args([
+        "-cpu",
+        if plan.accel == Accel::Kvm {
+            "host"
+        } else {
+            "max"
+        },
+    ])
+    .args(["-smp", &smp.to_string(), "-m", &mem_mb.to_string()])
+    .arg("-kernel")
+    .arg(&plan.image)
+    .arg("-initrd")
+    .arg(&plan.initrd)
+    .args(["-append", &append])
+    .arg("-serial")
+    .arg(format!("file:{}", console.display()))
+    .args([
+        "-virtfs",
+        "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+    ])
+    .arg("-chardev")
+    .arg(format!(
+        "socket,id=agent,path={},server=on,wait=off",
+        agent_sock.display()
+    ))
+    .args(["-device", "virtio-serial-pci,id=vser"])
+    .args(["-device", "virtserialport,chardev=agent,name=lab.agent"]);
+    if let Some(w) = &wire {
+        cmd.arg("-netdev").arg(format!(
+            "socket,id=n0,udp=127.0.0.1:{},localaddr=127.0.0.1:{}",
+            w.peer, w.local
+        ));
+        cmd.arg("-device")
+            .arg(format!("virtio-net-pci,netdev=n0,mac={}", w.mac));
+        if let Some(p) = &w.pcap {
+            cmd.arg("-object")
+                .arg(format!("filter-dump,id=cap,netdev=n0,file={}", p.display()));
+        }
+    }
+    let log = std::fs::File::create(&qemu_log)?;
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let child = spawn_tied(cmd).context("starting qemu-system-x86_64")?;
+    Ok(Vm {
+        node: node.unwrap_or(Node::A),
+        console,
+        qemu_log,
+        agent_sock,
+        child: Mutex::new(child),
+    })
+}
+
+/// Connects to a VM's agent and waits for its Ready, with a deadline; errors carry the tail of
+/// the console and of QEMU's own log.
+pub fn connect(vm: &Vm, deadline: Instant) -> Result<Conn> {
+    let diag = |what: String| -> anyhow::Error {
+        anyhow::anyhow!(
+            "{what}\n--- last lines of {} ---\n{}\n--- {} ---\n{}",
+            vm.console.display(),
+            tail(&vm.console, 30),
+            vm.qemu_log.display(),
+            tail(&vm.qemu_log, 10)
+        )
+    };
+    let stream = loop {
+        if let Some(st) = vm.exited() {
+            return Err(diag(format!("qemu exited early ({st})")));
+        }
+        match UnixStream::connect(&vm.agent_sock) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(diag(format!("cannot connect to the agent socket: {e}"))),
+        }
+    };
+    let name = format!("node {}", vm.node.name());
+    let conn = Conn::new(stream, &name)?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    match conn.wait_ready(left) {
+        Ok(()) => Ok(conn),
+        Err(e) => {
+            let st = vm.exited();
+            vm.kill();
+            Err(diag(match st {
+                Some(st) => format!("the VM stopped during boot ({st}): {e}"),
+                None => format!("the VM did not become ready: {e}"),
+            }))
+        }
+    }
+}
+
+/// Boots the VMs of a topology in `dir` and connects to their agents.
+pub fn boot(
+    topology: Topology,
+    opts: &VmOptions,
+    plan: &BootPlan,
+    dir: &Path,
+) -> Result<Vec<(Vm, Conn)>> {
+    let deadline = Instant::now() + opts.boot_timeout;
+    let vms = match topology {
+        Topology::Loopback => vec![start_one(
+            plan,
+            dir,
+            None,
+            opts.loopback_smp,
+            opts.mem_mb,
+            None,
+        )?],
+        Topology::Pair => {
+            let p = free_udp_ports(2)?;
+            let a = start_one(
+                plan,
+                dir,
+                Some(Node::A),
+                1,
+                opts.mem_mb,
+                Some(Wire {
+                    mac: "52:54:00:00:00:0a",
+                    local: p[0],
+                    peer: p[1],
+                    pcap: opts.pcap.clone(),
+                }),
+            )?;
+            let b = start_one(
+                plan,
+                dir,
+                Some(Node::B),
+                1,
+                opts.mem_mb,
+                Some(Wire {
+                    mac: "52:54:00:00:00:0b",
+                    local: p[1],
+                    peer: p[0],
+                    pcap: None,
+                }),
+            )?;
+            vec![a, b]
+        }
+    };
+    let mut out = vec![];
+    for vm in vms {
+        let conn = connect(&vm, deadline).with_context(|| {
+            format!(
+                "booting the {} lab (node {}, {}) within {} s (LAB_BOOT_TIMEOUT_SECS)",
+                topology.name(),
+                vm.node.name(),
+                plan.accel.name(),
+                opts.boot_timeout.as_secs()
+            )
+        })?;
+        out.push((vm, conn));
+    }
+    if out.is_empty() {
+        bail!("no VM started");
+    }
+    Ok(out)
+}
