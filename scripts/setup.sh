@@ -65,7 +65,14 @@ if [ "$env_only" = 1 ]; then
 fi
 
 if [ "$want_dev" = 1 ]; then
-  pkgs+=(shellcheck vagrant)
+  pkgs+=(shellcheck)
+  # Debian and Ubuntu still ship vagrant 2.3 (the last MPL release); elsewhere say so.
+  if apt-cache show vagrant >/dev/null 2>&1; then
+    pkgs+=(vagrant)
+  else
+    command -v vagrant >/dev/null 2>&1 \
+      || echo "setup.sh: this distribution has no vagrant package; install Vagrant from HashiCorp's packages" >&2
+  fi
   if ! command -v actionlint >/dev/null 2>&1 && ! command -v pipx >/dev/null 2>&1 \
      && ! python3 -m pip --version >/dev/null 2>&1; then
     pkgs+=(pipx)
