@@ -69,6 +69,19 @@ impl Listener {
             conn: Conn::new(stream, peer),
         })
     }
+
+    /// Waits for one client, receives its [`Endpoint`] and sends `mine`, all before
+    /// `deadline`; returns the stream (for a final sync) and the client's endpoint.
+    pub fn accept_exchange(
+        &self,
+        mine: &Endpoint,
+        deadline: impl Into<Deadline>,
+    ) -> Result<(OobStream, Endpoint), ExchangeError> {
+        let deadline = deadline.into();
+        let mut oob = self.accept(deadline)?;
+        let theirs = oob.exchange_as_server(mine, deadline)?;
+        Ok((oob, theirs))
+    }
 }
 
 /// A connected side channel: [`Endpoint`] messages and text lines, each call with a
@@ -90,6 +103,20 @@ impl OobStream {
         Ok(OobStream {
             conn: Conn::new(stream, peer),
         })
+    }
+
+    /// Connects (retrying until `deadline`), sends `mine` and receives the server's
+    /// [`Endpoint`]; returns the stream (for a final sync) and the server's endpoint.
+    pub fn connect_exchange(
+        host: &str,
+        port: u16,
+        mine: &Endpoint,
+        deadline: impl Into<Deadline>,
+    ) -> Result<(OobStream, Endpoint), ExchangeError> {
+        let deadline = deadline.into();
+        let mut oob = Self::connect(host, port, deadline)?;
+        let theirs = oob.exchange_as_client(mine, deadline)?;
+        Ok((oob, theirs))
     }
 
     /// The peer's address, as text.
