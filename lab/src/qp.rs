@@ -1040,9 +1040,9 @@ impl<S: QpTypeState> QueuePair<S> {
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         // SAFETY: plain data; all-zero is valid.
         let mut ia: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        let all = QpAttrMask::ALL_NAMED
-            .iter()
-            .fold(0u32, |acc, (f, _)| acc | f.bits());
+        // Every attribute below IBV_QP_RATE_LIMIT: libibverbs refuses the mask with EOPNOTSUPP
+        // if it has RATE_LIMIT or a higher bit.
+        let all = QpAttrMask::RATE_LIMIT.bits() - 1;
         // SAFETY: the QP is alive; out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.inner.qp.as_ptr(), &mut a, all as i32, &mut ia) };
         rc(ret, |errno| Error::QueryQp { errno })?;
