@@ -284,3 +284,52 @@ fn table_cells_keep_redactable_forms() {
     assert!(Table::new(Vec::<(String, Align)>::new()).is_empty());
     assert_eq!(Table::new(Vec::<(String, Align)>::new()).to_string(), "\n");
 }
+
+/// The real redaction table (the harness's) turns every form this module prints into its
+/// placeholder, with one numbering across `qpn=` and `QPN ` (docs/conventions.md §1).
+#[test]
+fn the_harness_redacts_every_form() {
+    let ms = Duration::from_micros(1234);
+    let text = [
+        format!("server: local {} {}", show::qpn(0x11), show::psn(0x1b2c3d)),
+        show::pingpong_address(Side::Local, 0, 0x11, 0x1b2c3d, &LOOPBACK_GID).to_string(),
+        show::pingpong_address(Side::Remote, 0, 0x12, 0x000001, &LOOPBACK_GID).to_string(),
+        format!(
+            "client: remote {} {}",
+            show::qpn(0x11),
+            show::qpn_upper(0x12)
+        ),
+        format!(
+            "{} {} {} {}",
+            show::lkey(0x120a),
+            show::rkey(0x120b),
+            show::addr(0x7f12_aabb_0000),
+            show::gid(&LOOPBACK_GID)
+        ),
+        format!(
+            "{} {} {} {} {} {}",
+            show::elapsed(ms),
+            show::cpu(Duration::from_nanos(850)),
+            show::lat(Duration::from_secs(2)),
+            show::rate_bytes(12_340_000, ms),
+            show::ops(1234, ms),
+            show::pid(4321)
+        ),
+        show::pingpong_bandwidth(8_192_000, ms).to_string(),
+        show::pingpong_latency(1000, ms).to_string(),
+        format!("{} {}", show::errno(22), show::mtu(1024)),
+    ]
+    .join("\n");
+    assert_eq!(
+        harness::testing::redact(&text),
+        "server: local qpn=[QPN#1] psn=[PSN#1]\n\
+         \x20 local address:  LID 0x0000, QPN [QPN#1], PSN [PSN#1], GID ::ffff:10.99.0.1\n\
+         \x20 remote address: LID 0x0000, QPN [QPN#2], PSN [PSN#2], GID ::ffff:10.99.0.1\n\
+         client: remote qpn=[QPN#1] QPN [QPN#2]\n\
+         lkey=[LKEY#1] rkey=[RKEY#1] addr=[ADDR#1] gid=::ffff:10.99.0.1\n\
+         elapsed=[ELAPSED] cpu=[CPU] lat=[LAT] rate=[RATE] ops=[RATE] pid=[PID]\n\
+         8192000 bytes in [ELAPSED] seconds = [RATE] Mbit/sec\n\
+         1000 iters in [ELAPSED] seconds = [LAT] usec/iter\n\
+         EINVAL (22) mtu=1024"
+    );
+}
