@@ -16,6 +16,24 @@
 //!    name and any number of `(addr, len, rkey)` regions; plus text lines on the same stream
 //!    for a final sync ("done", a checksum).
 //!
+//! ```no_run
+//! # fn main() -> Result<(), lab::exchange::ExchangeError> {
+//! use lab::exchange::{Endpoint, LAB_PORT, OobStream, PINGPONG_PORT, PingpongDest};
+//! use lab::exchange::pingpong_client_exchange;
+//! use std::time::Duration;
+//!
+//! // Chapter 06, client role, against `ibv_rc_pingpong` or our own server:
+//! let mine = PingpongDest { lid: 0, qpn: 0x11, psn: 0x1b2c3d, gid: [0; 16] };
+//! let server = pingpong_client_exchange("127.0.0.1", PINGPONG_PORT, &mine, Duration::from_secs(10))?;
+//!
+//! // Chapters 07-10, client role: one message each way, then keep the stream for the end.
+//! let me = Endpoint { name: "client".into(), qpn: 0x12, psn: 0x42, ..Default::default() };
+//! let (mut oob, pool) = OobStream::connect_exchange("127.0.0.1", LAB_PORT, &me, Duration::from_secs(10))?;
+//! // ... RDMA WRITE / READ into pool.regions[i] ...
+//! oob.send_line("done", Duration::from_secs(5))?;
+//! # let _ = (server, pool); Ok(()) }
+//! ```
+//!
 //! Every operation takes a [`Deadline`] (a `Duration` converts into one): connecting retries
 //! until the deadline because the server may not be listening yet, and every read and write
 //! gives up at the deadline. Malformed, truncated, oversized or wrong-version input, a peer
@@ -38,6 +56,10 @@ pub use pingpong::{
     PingpongServerConn, gid_from_wire, gid_to_wire, pingpong_client_exchange,
 };
 pub use stream::{Listener, MAX_LINE_LEN, OobStream};
+
+/// The default TCP port of the lab's own exchange (one above `ibv_rc_pingpong`'s 18515, so
+/// both can run side by side).
+pub const LAB_PORT: u16 = 18516;
 
 use std::time::{Duration, Instant};
 
