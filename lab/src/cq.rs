@@ -314,19 +314,21 @@ impl CompletionQueue {
     /// Completions with an error status are returned like any other: check
     /// [`WorkCompletion::status`] (or use [`WorkCompletion::ok`]).
     pub fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize> {
-        // SAFETY: ibv_wc is plain data; all-zero is valid.
-        let mut raw: [ibv_wc; POLL_BATCH] = unsafe { std::mem::zeroed() };
+        // Not zeroed: this runs in busy-poll loops, and ibv_poll_cq fills the entries it returns.
+        let mut raw = std::mem::MaybeUninit::<[ibv_wc; POLL_BATCH]>::uninit();
+        let raw = raw.as_mut_ptr() as *mut ibv_wc;
         let mut got = 0;
         while got < out.len() {
             let want = (out.len() - got).min(POLL_BATCH);
             // SAFETY: the CQ is alive; `raw` has room for `want` <= POLL_BATCH entries.
-            let n = unsafe { ibv_poll_cq(self.inner.cq.as_ptr(), want as c_int, raw.as_mut_ptr()) };
+            let n = unsafe { ibv_poll_cq(self.inner.cq.as_ptr(), want as c_int, raw) };
             if n < 0 {
                 return Err(Error::PollCq { rc: n });
             }
-            let n = n as usize;
-            for (dst, src) in out[got..got + n].iter_mut().zip(&raw[..n]) {
-                *dst = WorkCompletion::from_raw(src);
+            let n = (n as usize).min(want);
+            for (i, dst) in out[got..got + n].iter_mut().enumerate() {
+                // SAFETY: ibv_poll_cq initialised the first `n` entries.
+                *dst = WorkCompletion::from_raw(unsafe { &*raw.add(i) });
             }
             got += n;
             if n < want {

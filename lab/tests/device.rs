@@ -560,3 +560,119 @@ fn port_and_gid() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// recovery, retries and async events
+
+#[test]
+fn bad_flow_recover_after_error_by_reset() {
+    in_lab(
+        Topology::Loopback,
+        "bad_flow_recover_after_error_by_reset",
+        || {
+            let mut p = Pair::new();
+            let r = p.mr_b.remote();
+            let src = [p.mr_a.sge(0..8)];
+            p.a.post_send_one(SendWr::write(1, &src, r.addr, r.rkey ^ 0x80))
+                .unwrap();
+            assert_eq!(p.cq_a.wait_one(T).unwrap().status, WcStatus::RemAccessErr);
+            // Both QPs are in ERR now. Reset both and bring them up again toward each other.
+            let ctx = p.a.context().clone();
+            let gid = ctx.roce_v2_ipv4_gid(1).unwrap().gid;
+            let (qa, qb) = (p.a.qp_num(), p.b.qp_num());
+            let a = p.a.reset().unwrap();
+            let b = p.b.reset().unwrap();
+            p.a = a
+                .bring_up(
+                    &InitAttr::default(),
+                    &RtrAttr::new(qb, 7, gid),
+                    &RtsAttr::new(9),
+                )
+                .unwrap();
+            p.b = b
+                .bring_up(
+                    &InitAttr::default(),
+                    &RtrAttr::new(qa, 9, gid),
+                    &RtsAttr::new(7),
+                )
+                .unwrap();
+            assert_eq!(p.a.qp_num(), qa, "same QP number after reset");
+            while p.cq_b.poll_one().unwrap().is_some() {} // drop B's flushed receives, if any
+            p.mr_a.as_mut_slice()[..9].copy_from_slice(b"recovered");
+            let dst = [p.mr_b.sge(..)];
+            p.b.post_recv_one(RecvWr::new(2, &dst)).unwrap();
+            let src = [p.mr_a.sge(0..9)];
+            p.a.post_send_one(SendWr::send(3, &src)).unwrap();
+            p.cq_a.wait_one(T).unwrap().ok().unwrap();
+            let wc = p.cq_b.wait_one(T).unwrap().ok().unwrap();
+            assert_eq!(wc.byte_len, 9);
+            assert_eq!(&p.mr_b.as_slice()[..9], b"recovered");
+        },
+    );
+}
+
+#[test]
+fn bad_flow_peer_gone_retry_exceeded_with_defaults() {
+    in_lab(
+        Topology::Loopback,
+        "bad_flow_peer_gone_retry_exceeded_with_defaults",
+        || {
+            let p = Pair::new();
+            let Pair {
+                a, b, cq_a, mr_a, ..
+            } = p;
+            b.destroy().unwrap();
+            let src = [mr_a.sge(0..8)];
+            let start = std::time::Instant::now();
+            a.post_send_one(SendWr::send(1, &src)).unwrap();
+            // retry_cnt 6, timeout 14: 7 tries of ~67 ms. With retry_cnt 7 rxe would retry forever.
+            let wc = cq_a.wait_one(T).unwrap();
+            assert_eq!(wc.status, WcStatus::RetryExcErr);
+            assert!(
+                start.elapsed() >= Duration::from_millis(300),
+                "{:?}",
+                start.elapsed()
+            );
+            assert_eq!(a.state().unwrap(), QpState::Err);
+        },
+    );
+}
+
+#[test]
+fn bad_flow_cq_overflow_raises_async_cq_err() {
+    in_lab(
+        Topology::Loopback,
+        "bad_flow_cq_overflow_raises_async_cq_err",
+        || {
+            let ctx = open();
+            let pd = ctx.alloc_pd().unwrap();
+            let small = ctx.create_cq(4, None).unwrap();
+            let cq_b = ctx.create_cq(8, None).unwrap();
+            assert!(small.cqe() >= 4);
+            let a = pd
+                .create_qp(&QpInitAttr::rc(&small, &small).max_send_wr(64))
+                .unwrap();
+            let b = pd.create_qp(&QpInitAttr::rc(&cq_b, &cq_b)).unwrap();
+            let (a, _b) = connect(&ctx, a, b);
+            let mr = pd.reg_mr(4096, AccessFlags::ALL_REMOTE).unwrap();
+            let r = mr.remote();
+            let src = [mr.sge(0..8)];
+            let n = small.cqe() as u64 + 8;
+            for i in 0..n {
+                a.post_send_one(SendWr::write(i, &src, r.addr + 8, r.rkey))
+                    .unwrap();
+            }
+            let mut cq_errs = 0;
+            while let Some(ev) = ctx.get_async_event(Duration::from_secs(2)).unwrap() {
+                assert_eq!(ev.kind, AsyncEventType::CqErr, "{ev:?}");
+                assert!(small.is_async_element(&ev.element));
+                cq_errs += 1;
+            }
+            assert!(cq_errs >= 1, "no IBV_EVENT_CQ_ERR");
+            let mut wcs = [WorkCompletion::default(); 64];
+            let kept = small.poll_into(&mut wcs).unwrap();
+            assert!(kept as i32 <= small.cqe(), "{kept} > {}", small.cqe());
+            assert!((kept as u64) < n, "completions were lost");
+        },
+    );
+}
