@@ -1332,3 +1332,130 @@ mod lab_tcp {
         drop(s);
     }
 }
+
+mod tcp_props {
+    //! Over real TCP: fragmentation never changes what is received, and arbitrary streams
+    //! never panic or hang.
+    use super::*;
+    use lab::exchange::{Listener, OobStream, PingpongListener, pingpong_client_exchange};
+    use proptest::prelude::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::thread;
+    use std::time::Instant;
+
+    const SECS5: Duration = Duration::from_secs(5);
+
+    /// Writes `bytes` in pieces of the given sizes (cycled), flushing each with TCP_NODELAY
+    /// and a tiny pause so they arrive as separate segments.
+    fn dribble(s: &mut TcpStream, bytes: &[u8], sizes: &[usize]) -> std::io::Result<()> {
+        s.set_nodelay(true)?;
+        let mut rest = bytes;
+        let mut i = 0;
+        while !rest.is_empty() {
+            let n = sizes[i % sizes.len()].clamp(1, rest.len());
+            s.write_all(&rest[..n])?;
+            rest = &rest[n..];
+            i += 1;
+            thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    /// The pingpong server reads a message sent one byte at a time (the C tool would not,
+    /// as it does a single read(), but a lab server must not depend on segment sizes).
+    #[test]
+    fn pingpong_one_byte_at_a_time() {
+        let listener = PingpongListener::bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let t = thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            dribble(&mut s, C_MSG, &[1]).unwrap();
+            let mut msg = [0u8; 52];
+            s.read_exact(&mut msg).unwrap();
+            dribble(&mut s, b"done\0", &[1]).unwrap();
+        });
+        let conn = listener.accept(SECS5).unwrap();
+        assert_eq!(conn.remote(), c_dest());
+        conn.finish(&c_dest(), SECS5).unwrap();
+        t.join().unwrap();
+    }
+
+    /// A server that answers byte by byte, to our client.
+    #[test]
+    fn pingpong_client_reads_dribbled_answer() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut msg = [0u8; 52];
+            s.read_exact(&mut msg).unwrap();
+            dribble(&mut s, C_MSG, &[3, 1, 7]).unwrap();
+            let mut done = [0u8; 5];
+            s.read_exact(&mut done).unwrap();
+            done
+        });
+        let got = pingpong_client_exchange("127.0.0.1", port, &c_dest(), SECS5).unwrap();
+        assert_eq!(got, c_dest());
+        assert_eq!(&t.join().unwrap(), b"done\0");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Two messages and two lines, cut into random pieces: received intact, in order.
+        #[test]
+        fn fragmentation_is_invisible(
+            sizes in proptest::collection::vec(1..40usize, 1..6),
+            line in "[a-z0-9 ]{0,30}",
+        ) {
+            let listener = Listener::bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let mut stream = sample_endpoint().encode().unwrap();
+            stream.extend_from_slice(format!("{line}\n").as_bytes());
+            stream.extend(Endpoint::default().encode().unwrap());
+            stream.extend_from_slice(b"done\n");
+            let t = thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                dribble(&mut s, &stream, &sizes).unwrap();
+            });
+            let mut oob = listener.accept(SECS5).unwrap();
+            prop_assert_eq!(oob.recv_msg(SECS5).unwrap(), sample_endpoint());
+            prop_assert_eq!(oob.recv_line(SECS5).unwrap(), line);
+            prop_assert_eq!(oob.recv_msg(SECS5).unwrap(), Endpoint::default());
+            oob.expect_line("done", SECS5).unwrap();
+            t.join().unwrap();
+        }
+
+        /// Arbitrary bytes from a peer (which then closes): recv_msg ends with a message or
+        /// a typed error, well within the deadline.
+        #[test]
+        fn arbitrary_stream_never_hangs(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+            magic_first in any::<bool>(),
+        ) {
+            let listener = Listener::bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let mut stream = Vec::new();
+            if magic_first {
+                stream.extend_from_slice(&MAGIC);
+                stream.extend_from_slice(&VERSION.to_be_bytes());
+                stream.extend_from_slice(&[0, 0]);
+            }
+            stream.extend(bytes);
+            let t = thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let _ = s.write_all(&stream);
+            });
+            let mut oob = listener.accept(SECS5).unwrap();
+            let t0 = Instant::now();
+            let got = oob.recv_msg(Duration::from_secs(3));
+            prop_assert!(t0.elapsed() < Duration::from_secs(2));
+            if let Err(e) = got {
+                prop_assert!(!e.is_timeout(), "{e}");
+                prop_assert!(!e.to_string().contains('\n'));
+            }
+            t.join().unwrap();
+        }
+    }
+}
