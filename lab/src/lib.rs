@@ -89,7 +89,7 @@ pub use device::{
 };
 pub use error::{Errno, Error, Hint, Result};
 pub use exchange::RemoteRegion;
-pub use mr::{AccessFlags, MemoryRegion, page_size};
+pub use mr::{AccessFlags, MemoryRegion, memlock_limit, page_size, set_memlock_limit};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpTypeState,

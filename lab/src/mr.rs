@@ -59,6 +59,44 @@ pub fn page_size() -> usize {
     if n > 0 { n as usize } else { 4096 }
 }
 
+/// The `RLIMIT_MEMLOCK` limits (`getrlimit(2)`): (soft, hard) in bytes, `None` = unlimited.
+/// Registered memory counts against the soft limit unless the process has CAP_IPC_LOCK.
+pub fn memlock_limit() -> Result<(Option<u64>, Option<u64>)> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
+        return Err(Error::Os {
+            call: "getrlimit(RLIMIT_MEMLOCK)",
+            errno: Errno::last(),
+        });
+    }
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Ok((f(rl.rlim_cur), f(rl.rlim_max)))
+}
+
+/// Sets the `RLIMIT_MEMLOCK` limits of this process (`setrlimit(2)`; `None` = unlimited), as
+/// `ulimit -l` does. An unprivileged process may lower them, not raise the hard limit. Root
+/// ignores the limit when registering (CAP_IPC_LOCK): to see ENOMEM from `ibv_reg_mr`, run as
+/// an unprivileged user (e.g. a child started with `std::os::unix::process::CommandExt::uid`).
+pub fn set_memlock_limit(soft: Option<u64>, hard: Option<u64>) -> Result<()> {
+    let f = |v: Option<u64>| v.unwrap_or(libc::RLIM_INFINITY);
+    let rl = libc::rlimit {
+        rlim_cur: f(soft),
+        rlim_max: f(hard),
+    };
+    // SAFETY: `rl` is a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) } != 0 {
+        return Err(Error::Os {
+            call: "setrlimit(RLIMIT_MEMLOCK)",
+            errno: Errno::last(),
+        });
+    }
+    Ok(())
+}
+
 enum Buffer {
     /// Allocated by `lab`: page-aligned and zeroed.
     Aligned { ptr: NonNull<u8>, layout: Layout },
