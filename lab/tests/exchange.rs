@@ -1337,7 +1337,7 @@ mod tcp_props {
     //! Over real TCP: fragmentation never changes what is received, and arbitrary streams
     //! never panic or hang.
     use super::*;
-    use lab::exchange::{Listener, OobStream, PingpongListener, pingpong_client_exchange};
+    use lab::exchange::{Listener, PingpongListener, pingpong_client_exchange};
     use proptest::prelude::*;
     use std::io::{Read, Write};
     use std::net::TcpStream;
