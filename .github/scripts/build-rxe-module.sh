@@ -19,33 +19,42 @@
 #          full unpack, and the archive keeps only current versions (an older runner image's
 #          kernel may be gone). The fallback.
 #
+# Also: RXE_SRC=<dir> builds that rxe source directory (no fetch); KVER=<release> builds for
+# another installed kernel than the running one; RXE_NO_LOAD=1 builds without loading.
+#
 # Loading an unsigned module needs a kernel without lockdown/enforced module signatures (true
 # of the hosted runners so far); if insmod says "Key was rejected by service", it is not.
 set -euo pipefail
 
 work=${1:-$(mktemp -d /tmp/rxe-src.XXXXXX)}
 mkdir -p "$work"
-kver=$(uname -r)
+kver=${KVER:-$(uname -r)}
 kbuild=/lib/modules/$kver/build
 sudo_cmd=()
 [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
 log() { echo "build-rxe-module: $*"; }
 
-if [ -n "$(find "/lib/modules/$kver" -name 'rdma_rxe.ko*' -print -quit)" ]; then
+if [ ! -d "${RXE_SRC:-}" ] && [ -n "$(find "/lib/modules/$kver" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]; then
   log "this kernel ships rdma_rxe: nothing to build"
   "${sudo_cmd[@]}" modprobe rdma_rxe
   exit 0
 fi
 
 # Build tools and the headers of the running kernel.
-need=(make git)
+need=(make git gcc)
 [ -d "$kbuild" ] || need+=("linux-headers-$kver")
-# Use the compiler the kernel was built with when the distribution has it (same flags accepted).
-kcc=$(grep -o 'x86_64-linux-gnu-gcc-[0-9]*' /proc/version | head -1 || true)
-if [ -n "$kcc" ] && ! command -v "$kcc" >/dev/null 2>&1; then need+=("${kcc#x86_64-linux-gnu-}"); fi
 DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+# Build with the compiler the kernel was built with ("x86_64-linux-gnu-gcc-13" on Ubuntu,
+# "gcc-12" on Debian): another version may reject the kernel's flags.
+kcc=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\{0,1\}\([^ ]*\) .*/\1/p' "$kbuild/include/config/auto.conf" 2>/dev/null || true)
+[[ $kcc =~ ^([a-z0-9_]+-linux-gnu-)?gcc-[0-9]+$ ]] || kcc=$(grep -oE '([a-z0-9_]+-linux-gnu-)?gcc-[0-9]+' /proc/version | head -1 || true)
+if [ -n "$kcc" ] && ! command -v "$kcc" >/dev/null 2>&1; then
+  pkg=gcc-${kcc##*gcc-}
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "$pkg" >/dev/null || log "no $pkg; building with gcc"
+fi
 make_cc=()
 if [ -n "$kcc" ] && command -v "$kcc" >/dev/null 2>&1; then make_cc=("CC=$kcc"); fi
+log "kernel $kver, headers $kbuild, compiler ${kcc:-gcc}"
 
 # Functions below end each step with `|| return 1`: `set -e` is off inside a function that runs
 # as part of an && / || list.
@@ -89,11 +98,14 @@ build() {
 }
 
 case "${RXE_SRC:-auto}" in
+  /*) rxe_src=$RXE_SRC && build ;;
   stable) fetch_stable && build ;;
   ubuntu) fetch_ubuntu && build ;;
   auto) { fetch_stable && build; } || { log "upstream stable source failed; trying Ubuntu's source package"; fetch_ubuntu && build; } ;;
-  *) echo "build-rxe-module: RXE_SRC must be stable or ubuntu" >&2; exit 2 ;;
+  *) echo "build-rxe-module: RXE_SRC must be stable, ubuntu or an absolute directory" >&2; exit 2 ;;
 esac
+log "built $rxe_src/rdma_rxe.ko ($(modinfo -F vermagic "$rxe_src/rdma_rxe.ko"))"
+[ "${RXE_NO_LOAD:-0}" = 1 ] && exit 0
 
 # Dependencies first (insmod, unlike modprobe, resolves none). Some may be built in: a missing
 # module is only an error if insmod then fails.
@@ -106,4 +118,4 @@ if [ ! -d /sys/module/rdma_rxe ]; then
     exit 1
   fi
 fi
-log "rdma_rxe loaded: $(modinfo -F vermagic "$rxe_src/rdma_rxe.ko")"
+log "rdma_rxe loaded"
