@@ -676,3 +676,72 @@ fn bad_flow_cq_overflow_raises_async_cq_err() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// remote pool (the chapter 09/10 client API), on the loopback pair
+
+#[test]
+fn pool_write_read_atomics_and_bounds() {
+    in_lab(
+        Topology::Loopback,
+        "pool_write_read_atomics_and_bounds",
+        || {
+            let Pair {
+                a,
+                b: _b,
+                cq_a,
+                mr_a,
+                mr_b,
+                _pd: pd,
+                ..
+            } = Pair::new();
+            let whole = mr_b.remote();
+            let blocks: Vec<RemoteRegion> = (0..4)
+                .map(|i| RemoteRegion {
+                    addr: whole.addr + i * 1024,
+                    len: 1024,
+                    rkey: whole.rkey,
+                })
+                .collect();
+            let staging = pd.reg_mr(1024, AccessFlags::LOCAL_WRITE).unwrap();
+            let mut pool = RemotePool::new(a, cq_a, staging, blocks).unwrap();
+
+            pool.write(2, 10, b"block two").unwrap();
+            assert_eq!(&mr_b.as_slice()[2048 + 10..2048 + 19], b"block two");
+            assert_eq!(pool.read_vec(2, 10, 9).unwrap(), b"block two");
+
+            // Out of range: refused before anything is posted.
+            let e = pool.write(4, 0, b"x").unwrap_err();
+            assert!(matches!(e, Error::OutOfBounds(_)), "{e}");
+            let e = pool.read_vec(1, 1020, 8).unwrap_err();
+            assert!(e.to_string().contains("outside block 1"), "{e}");
+            assert_eq!(pool.cq().poll_one().unwrap(), None);
+
+            for i in 0..3 {
+                assert_eq!(pool.fetch_add(0, 0, 1).unwrap(), i);
+            }
+            assert_eq!(mr_b.read_u64(0).unwrap(), 3);
+            assert_eq!(pool.compare_swap(0, 0, 3, 100).unwrap(), 3);
+            assert_eq!(pool.compare_swap(0, 0, 3, 200).unwrap(), 100);
+            assert_eq!(mr_b.read_u64(0).unwrap(), 100);
+
+            // A misaligned atomic: rxe refuses it at post time (EINVAL); the QP stays usable.
+            let e = pool.fetch_add(0, 4, 1).unwrap_err();
+            assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
+            assert!(e.to_string().contains("8-byte aligned"), "{e}");
+            assert_eq!(pool.qp().state().unwrap(), QpState::Rts);
+
+            // Split-phase: three writes in flight, collected in reverse order.
+            mr_a.write_from(0, &[7u8; 300]).unwrap();
+            let t: Vec<Ticket> = (0..3)
+                .map(|i| pool.post_write(3, i * 100, &mr_a, 0..100).unwrap())
+                .collect();
+            assert_eq!(pool.in_flight(), 3);
+            for t in t.iter().rev() {
+                pool.wait(*t).unwrap();
+            }
+            assert_eq!(pool.in_flight(), 0);
+            assert!(mr_b.as_slice()[3072..3372].iter().all(|&b| b == 7));
+        },
+    );
+}
