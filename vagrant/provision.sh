@@ -23,10 +23,16 @@ bash "$repo/scripts/setup.sh"
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates >/dev/null
 
 # Rust for the vagrant user (the workspace needs a stable toolchain >= 1.85).
-if ! sudo -u "$user" -H bash -lc 'command -v cargo' >/dev/null 2>&1; then
+home=$(getent passwd "$user" | cut -d: -f6)
+if [ ! -x "$home/.cargo/bin/rustup" ]; then
   sudo -u "$user" -H bash -c \
     "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy"
 fi
+# `vagrant ssh -c CMD` runs a non-interactive shell, which reads neither ~/.profile nor the end of
+# Debian's ~/.bashrc: put the toolchain's proxies on the default PATH.
+for tool in cargo rustc rustup rustfmt cargo-fmt cargo-clippy clippy-driver rustdoc; do
+  if [ -e "$home/.cargo/bin/$tool" ]; then ln -sf "$home/.cargo/bin/$tool" "/usr/local/bin/$tool"; fi
+done
 
 # Verbs programs pin their buffers (ibv_reg_mr): lift the memlock limit for everyone.
 cat >/etc/security/limits.d/90-rxe-lab.conf <<'LIMITS'

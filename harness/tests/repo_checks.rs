@@ -2,13 +2,14 @@
 //!
 //! - every GitHub workflow is clean under actionlint (which also runs shellcheck on `run:` blocks);
 //! - every shell script (scripts/, vagrant/, .github/scripts/, .ci/run) is clean under shellcheck;
-//! - `vagrant validate --ignore-provider` accepts the Vagrantfile, one node and two;
+//! - `vagrant validate --ignore-provider` accepts the Vagrantfile, one node and two, and
+//!   `systemd-analyze verify` the unit that brings rxe up at boot;
 //! - the workflows and .ci/run run the README's test command, not a second recipe;
 //! - vagrant/rxe-up.sh, the bring-up the Vagrant VMs run at boot, works where the rxe device is
 //!   (the lab VM, or the native host) and is idempotent.
 //!
 //! A missing tool fails its check with the command that installs it: these checks never pass by
-//! skipping. `scripts/setup.sh --dev` installs all three tools.
+//! skipping. `scripts/setup.sh --dev` installs them (systemd-analyze comes with systemd).
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -145,6 +146,35 @@ fn vagrant_validate_one_node() {
 #[test]
 fn vagrant_validate_two_nodes() {
     vagrant_validate("2");
+}
+
+/// The unit that runs rxe-up.sh at every boot in the Vagrant VMs (its ExecStart pointed at the
+/// repository's copy, since /usr/local/sbin/rxe-lab-up exists only inside the VM).
+#[test]
+fn systemd_unit_verifies() {
+    let unit = read("vagrant/rxe-lab.service");
+    let installed = "ExecStart=/usr/local/sbin/rxe-lab-up";
+    assert!(
+        unit.contains(installed),
+        "rxe-lab.service no longer runs {installed}"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("rxe-lab.service");
+    let here = format!(
+        "ExecStart={}",
+        repo_root().join("vagrant/rxe-up.sh").display()
+    );
+    std::fs::write(&copy, unit.replace(installed, &here)).expect("write unit");
+    let out = run_tool(
+        Command::new("systemd-analyze").arg("verify").arg(&copy),
+        "apt-get install systemd",
+    );
+    // Unknown keys are only warnings (exit 0): any output is a finding.
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify rxe-lab.service:\n{}",
+        describe(&out)
+    );
 }
 
 /// The README's test command is the one CI runs, in .ci/run and in both device jobs.
