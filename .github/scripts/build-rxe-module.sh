@@ -66,12 +66,22 @@ fetch_stable() {
     upstream=${kver%%-*}
   fi
   if [[ $upstream =~ ^([0-9]+\.[0-9]+)\.0$ ]]; then tag=v${BASH_REMATCH[1]}; else tag=v$upstream; fi
-  log "fetching drivers/infiniband/sw/rxe at $tag (upstream stable)"
-  rm -rf "$work/stable"
-  git -c advice.detachedHead=false clone --quiet --depth 1 --filter=blob:none --sparse \
-    --branch "$tag" https://git.kernel.org/pub/scm/linux/kernel/git/stable/linux.git "$work/stable" || return 1
-  git -C "$work/stable" sparse-checkout set drivers/infiniband/sw/rxe || return 1
-  rxe_src=$work/stable/drivers/infiniband/sw/rxe
+  # The stable tree, then its GitHub mirror. A server without partial clone support makes git
+  # warn and fetch the whole depth-1 tree instead (slower, same result).
+  local url
+  for url in https://git.kernel.org/pub/scm/linux/kernel/git/stable/linux.git \
+             https://github.com/gregkh/linux.git; do
+    log "fetching drivers/infiniband/sw/rxe at $tag from $url"
+    rm -rf "$work/stable"
+    if git -c advice.detachedHead=false clone --quiet --depth 1 --filter=blob:none --sparse \
+         --branch "$tag" "$url" "$work/stable" \
+       && git -C "$work/stable" sparse-checkout set drivers/infiniband/sw/rxe \
+       && [ -f "$work/stable/drivers/infiniband/sw/rxe/Makefile" ]; then
+      rxe_src=$work/stable/drivers/infiniband/sw/rxe
+      return 0
+    fi
+  done
+  return 1
 }
 
 fetch_ubuntu() {
