@@ -255,13 +255,23 @@ fn setup_network() -> Result<(), String> {
         }
         other => return Err(format!("unknown LAB_NODE={other}")),
     };
+    let t0 = Instant::now();
     sh("ip", &["-batch", "-"], Some(&batch))?;
+    let t1 = Instant::now();
     sh(
         "rdma",
         &["link", "add", "rxe0", "type", "rxe", "netdev", netdev],
         None,
     )?;
-    wait_gid(ip, Duration::from_secs(30))
+    let t2 = Instant::now();
+    let r = wait_gid(ip, Duration::from_secs(30));
+    eprintln!(
+        "lab-agent: ip {} ms, rdma link {} ms, GID wait {} ms",
+        (t1 - t0).as_millis(),
+        (t2 - t1).as_millis(),
+        t2.elapsed().as_millis()
+    );
+    r
 }
 
 fn find_netdev_by_mac(mac: &str) -> Result<String, String> {

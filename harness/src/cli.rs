@@ -1,7 +1,1213 @@
-//! The `cargo lab` CLI (placeholder while it is written).
+//! `cargo lab <command>`: the course's CLI (an alias in .cargo/config.toml).
+//!
+//! Every error names the next command to run; every wait has a deadline; Ctrl-C tears down
+//! what the command started.
 
-/// Entry point of `cargo lab`.
+use crate::conn::{Cmd, Event};
+use crate::course::{Chapter, Course, workspace_root};
+use crate::lab::{self, Lab, Provider};
+use crate::proto::ExitStatus;
+use crate::testing::{self, Transcript};
+use crate::vm::{self, VmOptions};
+use crate::{Node, Topology};
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use std::io::{BufRead as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// scripts/setup.sh, embedded: the one source of truth for what the project needs.
+pub const SETUP_SH: &str = include_str!("../../scripts/setup.sh");
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo lab",
+    bin_name = "cargo lab",
+    about = "rxe-lab: RDMA verbs on SoftRoCE, wherever you are",
+    after_help = "Start here: `cargo lab doctor`, then `cargo lab setup`, then `cargo lab tour`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Sub,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Check each prerequisite and print the fix for what is missing.
+    Doctor,
+    /// Install what is missing (scripts/setup.sh; apt-get as root or through sudo).
+    Setup {
+        /// Also the microVM provider's pieces (kernel with rdma_rxe, qemu); default when this
+        /// host has no RDMA device.
+        #[arg(long)]
+        vm: bool,
+        /// Load rdma_rxe here and create an rxe link (native provider).
+        #[arg(long)]
+        native: bool,
+        /// Print what is missing and the command, install nothing.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Start a long-lived lab (reused by exec, run, tour and tests) in the background.
+    Up {
+        #[arg(long, short, default_value = "loopback")]
+        topology: TopoArg,
+    },
+    /// Show the running labs.
+    Status,
+    /// Stop the running labs.
+    Down {
+        #[arg(long, short, default_value = "all")]
+        topology: TopoArg,
+    },
+    /// Run a command where the rxe device is (starts the lab if needed); its exit status
+    /// passes through.
+    Exec {
+        /// Node of the pair topology (implies --topology pair).
+        #[arg(long, short)]
+        node: Option<Node>,
+        #[arg(long, short)]
+        topology: Option<TopoArg>,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
+    /// A shell where the rxe device is (line by line: each line runs with `sh -c`).
+    Shell {
+        #[arg(long, short)]
+        node: Option<Node>,
+        #[arg(long, short)]
+        topology: Option<TopoArg>,
+    },
+    /// The chapters, in order.
+    List,
+    /// Build and run one chapter (by number, `06`, or package, `ch06-pingpong`).
+    Run {
+        chapter: String,
+        /// Appended to every role's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build and run every chapter in order, then a summary.
+    Tour,
+    /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Boot the loopback lab N times and report boot and exec latency (for the README).
+    #[command(hide = true)]
+    Bench {
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, short, default_value = "loopback")]
+        topology: TopoArg,
+    },
+    /// The lab daemon `up` starts (internal).
+    #[command(hide = true, name = "__daemon")]
+    Daemon {
+        #[arg(long)]
+        topology: Topology,
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TopoArg {
+    One(Topology),
+    All,
+}
+
+impl std::str::FromStr for TopoArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            Ok(TopoArg::All)
+        } else {
+            s.parse().map(TopoArg::One)
+        }
+    }
+}
+
+impl TopoArg {
+    fn list(self) -> Vec<Topology> {
+        match self {
+            TopoArg::One(t) => vec![t],
+            TopoArg::All => Topology::all().to_vec(),
+        }
+    }
+}
+
+/// Entry point of `cargo lab`; returns the process exit code.
 pub fn main() -> i32 {
-    eprintln!("cargo lab: not built yet");
-    2
+    let mut args: Vec<String> = std::env::args().collect();
+    // Installed as a cargo subcommand (`cargo-lab lab ...`), cargo passes "lab" first.
+    if args.get(1).map(|s| s == "lab").unwrap_or(false) {
+        args.remove(1);
+    }
+    let cli = Cli::parse_from(args);
+    match dispatch(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cargo lab: error: {e:#}");
+            1
+        }
+    }
+}
+
+fn dispatch(cmd: Sub) -> Result<i32> {
+    match cmd {
+        Sub::Doctor => doctor(),
+        Sub::Setup { vm, native, print } => setup(vm, native, print),
+        Sub::Up { topology } => {
+            for t in topology.list() {
+                up(t, true)?;
+            }
+            eprintln!("next: `cargo lab exec -- ibv_devinfo`; `cargo lab down` stops the labs");
+            Ok(0)
+        }
+        Sub::Status => status(),
+        Sub::Down { topology } => down(&topology.list()),
+        Sub::Exec {
+            node,
+            topology,
+            cmd,
+        } => exec(node, topology, cmd),
+        Sub::Shell { node, topology } => shell(node, topology),
+        Sub::List => list(),
+        Sub::Run { chapter, args } => run(&chapter, &args),
+        Sub::Tour => tour(),
+        Sub::Test { args } => test(&args),
+        Sub::Bench { runs, topology } => bench(runs, topology),
+        Sub::Daemon { topology, dir } => daemon(topology, &dir),
+    }
+}
+
+fn root() -> Result<PathBuf> {
+    workspace_root().context("run `cargo lab` from inside the rxe-lab workspace")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Labs: up, status, down, and the daemon.
+
+fn home() -> Result<PathBuf> {
+    Ok(lab::daemon_home(&root()?))
+}
+
+/// Is the daemon in `dir` answering?
+fn daemon_alive(dir: &Path) -> bool {
+    let Ok(s) = UnixStream::connect(dir.join("node-a.sock")) else {
+        return false;
+    };
+    let Ok(c) = crate::conn::Conn::new(s, "probe") else {
+        return false;
+    };
+    c.wait_ready(Duration::from_secs(3)).is_ok()
+}
+
+fn daemon_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("daemon.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Starts (or finds) the daemon of a topology under [`home`]. Returns true if it started one.
+fn up(t: Topology, verbose: bool) -> Result<bool> {
+    let dir = home()?.join(t.name());
+    up_in(t, &dir, verbose)
+}
+
+fn up_in(t: Topology, dir: &Path, verbose: bool) -> Result<bool> {
+    if lab::chosen_provider()? == Provider::Native {
+        if verbose {
+            println!("{}: native rxe on this host: nothing to start", t.name());
+        }
+        return Ok(false);
+    }
+    if daemon_alive(dir) {
+        if verbose {
+            eprintln!("{} lab already up ({})", t.name(), dir.display());
+        }
+        return Ok(false);
+    }
+    let child = start_daemon(t, dir)?;
+    wait_daemon(t, dir, child, verbose)?;
+    Ok(true)
+}
+
+fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Child> {
+    // A stale dir from a daemon that died: its qemu died with it (PDEATHSIG); clear the rest.
+    if let Some(pid) = daemon_pid(dir)
+        && vm::pid_alive(pid)
+    {
+        bail!(
+            "a lab daemon (pid {pid}) owns {} but does not answer; run `cargo lab down`",
+            dir.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = std::fs::File::create(dir.join("daemon.log"))?;
+    let exe = std::env::current_exe()?;
+    use std::os::unix::process::CommandExt as _;
+    let child = Command::new(exe)
+        .args(["__daemon", "--topology", t.name(), "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal is for us, and we decide.
+        .process_group(0)
+        .spawn()
+        .context("starting the lab daemon")?;
+    Ok(child)
+}
+
+fn wait_daemon(
+    t: Topology,
+    dir: &Path,
+    mut child: std::process::Child,
+    verbose: bool,
+) -> Result<()> {
+    let opts = VmOptions::from_env();
+    let limit = opts.boot_timeout + Duration::from_secs(60);
+    let t0 = Instant::now();
+    let mut next_note = Duration::from_secs(10);
+    if verbose {
+        eprintln!("booting the {} lab ...", t.name());
+    }
+    loop {
+        if dir.join("ready").exists() {
+            let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
+            if verbose {
+                eprintln!(
+                    "{} lab up in {:.1} s: {}",
+                    t.name(),
+                    t0.elapsed().as_secs_f64(),
+                    info.trim()
+                );
+            }
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            let log = vm::tail(&dir.join("daemon.log"), 40);
+            bail!(
+                "the {} lab did not start ({st}):\n{log}\nnext: `cargo lab doctor` shows what is \
+                 missing",
+                t.name()
+            );
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the {} lab did not start within {} s\n{}\n{}",
+                t.name(),
+                limit.as_secs(),
+                vm::tail(&dir.join("daemon.log"), 20),
+                vm::tail(&dir.join("console-a.log"), 20)
+            );
+        }
+        if verbose && t0.elapsed() > next_note {
+            next_note += Duration::from_secs(10);
+            eprintln!("  ... {} s", t0.elapsed().as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn daemon(t: Topology, dir: &Path) -> Result<i32> {
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, term.clone())?;
+    }
+    std::fs::write(dir.join("daemon.pid"), std::process::id().to_string())?;
+    let opts = VmOptions::from_env();
+    let lab = Lab::boot_in(t, &opts, dir.to_path_buf(), false)?;
+    std::fs::write(
+        dir.join("info"),
+        format!(
+            "pid {}, {}, qemu pids {:?}",
+            std::process::id(),
+            lab.origin,
+            lab.vm_pids()
+        ),
+    )?;
+    eprintln!("lab daemon: {} {}", t.name(), lab.origin);
+    let r = lab.serve(term);
+    let _ = std::fs::remove_dir_all(dir);
+    r.map(|_| 0)
+}
+
+fn status() -> Result<i32> {
+    if lab::chosen_provider()? == Provider::Native {
+        println!("provider: native (this host has an RDMA device); no VM needed");
+    }
+    let home = home()?;
+    for t in Topology::all() {
+        let dir = home.join(t.name());
+        if daemon_alive(&dir) {
+            let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
+            println!("{:<9} up    {}", t.name(), info.trim());
+            println!("          console: {}", dir.join("console-a.log").display());
+        } else if dir.exists() {
+            println!(
+                "{:<9} down  (stale state in {}; `cargo lab down` clears it)",
+                t.name(),
+                dir.display()
+            );
+        } else {
+            println!("{:<9} down", t.name());
+        }
+    }
+    Ok(0)
+}
+
+fn stop_daemon(dir: &Path) -> bool {
+    let mut was = false;
+    if let Ok(s) = UnixStream::connect(dir.join("node-a.sock"))
+        && let Ok(c) = crate::conn::Conn::new(s, "down")
+    {
+        c.shutdown();
+        was = true;
+    }
+    if let Some(pid) = daemon_pid(dir) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while vm::pid_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if vm::pid_alive(pid) {
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", &pid.to_string()])
+                .status();
+        }
+        was = true;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    was
+}
+
+fn down(ts: &[Topology]) -> Result<i32> {
+    let home = home()?;
+    for t in ts {
+        let dir = home.join(t.name());
+        if dir.exists() {
+            if stop_daemon(&dir) {
+                println!("{} lab stopped", t.name());
+            } else {
+                println!("{} lab: cleared stale state", t.name());
+            }
+        } else {
+            println!("{} lab: not running", t.name());
+        }
+    }
+    let _ = std::fs::remove_dir(&home);
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// exec, shell
+
+fn pick_topology(node: Option<Node>, t: Option<TopoArg>) -> Result<Topology> {
+    Ok(match (t, node) {
+        (Some(TopoArg::One(t)), _) => t,
+        (Some(TopoArg::All), _) => bail!("--topology all: pick one (loopback or pair)"),
+        (None, Some(Node::B)) => Topology::Pair,
+        (None, _) => Topology::Loopback,
+    })
+}
+
+/// The lab for exec/shell: native, or this workspace's daemon (started if needed).
+fn lab_for_exec(t: Topology) -> Result<Lab> {
+    if lab::chosen_provider()? == Provider::Native {
+        return Ok(Lab::native(t));
+    }
+    let dir = home()?.join(t.name());
+    if !daemon_alive(&dir) && up_in(t, &dir, true)? {
+        eprintln!(
+            "(the {} lab keeps running for the next commands; `cargo lab down` stops it)",
+            t.name()
+        );
+    }
+    Lab::attach(t, &dir)
+}
+
+fn lab_env(lab: &Lab, node: Node) -> Vec<(String, String)> {
+    let mut env = vec![("LAB_GUEST".to_string(), "1".to_string())];
+    if lab.topology == Topology::Pair && lab.provider == Provider::Vm {
+        env.push(("LAB_NODE".into(), node.name().into()));
+    }
+    for k in ["LAB_DEVICE", "RUST_BACKTRACE", "RUST_LOG", "TERM"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.into(), v));
+        }
+    }
+    env
+}
+
+fn cwd() -> String {
+    std::env::current_dir()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "/".into())
+}
+
+/// Runs a command on a node, streaming its output here; returns its exit code.
+fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
+    let (tx, rx) = mpsc::channel();
+    let conn = lab.conn(node);
+    let cmd = Cmd {
+        argv,
+        env: lab_env(lab, node),
+        cwd: cwd(),
+        timeout: None,
+    };
+    conn.spawn(&cmd, move |e| {
+        let _ = tx.send(e);
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    loop {
+        match rx.recv() {
+            Ok(Event::Stdout(d)) => {
+                let mut o = std::io::stdout().lock();
+                let _ = o.write_all(&d);
+                let _ = o.flush();
+            }
+            Ok(Event::Stderr(d)) => {
+                let mut o = std::io::stderr().lock();
+                let _ = o.write_all(&d);
+                let _ = o.flush();
+            }
+            Ok(Event::Exit(s)) => {
+                if let ExitStatus::SpawnFailed(m) = &s {
+                    eprintln!("cargo lab: could not start the command: {m}");
+                }
+                return Ok(s.code());
+            }
+            Ok(Event::Lost(why)) => bail!("lost the lab: {why}\n{}", lab.console_tail(20)),
+            Err(_) => bail!("lost the lab"),
+        }
+    }
+}
+
+fn exec(node: Option<Node>, t: Option<TopoArg>, cmd: Vec<String>) -> Result<i32> {
+    let t = pick_topology(node, t)?;
+    let lab = lab_for_exec(t)?;
+    stream(&lab, node.unwrap_or(Node::A), cmd)
+}
+
+fn shell(node: Option<Node>, t: Option<TopoArg>) -> Result<i32> {
+    let t = pick_topology(node, t)?;
+    let node = node.unwrap_or(Node::A);
+    let lab = lab_for_exec(t)?;
+    eprintln!(
+        "lab shell on node {} of the {} lab: each line runs with `sh -c` (no job control, no \
+         stdin; state such as `cd` does not carry over). Ctrl-D leaves.",
+        node.name(),
+        t.name()
+    );
+    let stdin = std::io::stdin();
+    let mut last = 0;
+    loop {
+        eprint!("lab:{}$ ", node.name());
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            eprintln!();
+            return Ok(last);
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "exit" {
+            return Ok(last);
+        }
+        last = stream(&lab, node, vec!["sh".into(), "-c".into(), line.to_string()])?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// list, run, tour
+
+fn list() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    println!("{:<3} {:<24} {:<9} title", "#", "package", "topology");
+    for ch in &course.chapters {
+        let here = ch.dir(&root).join("Cargo.toml").is_file();
+        println!(
+            "{:<3} {:<24} {:<9} {}{}",
+            ch.number,
+            ch.package,
+            ch.topology,
+            ch.title,
+            if here { "" } else { "  (not written yet)" }
+        );
+        if !ch.summary.is_empty() {
+            println!("{:<3} {:<24} {:<9}   {}", "", "", "", ch.summary);
+        }
+    }
+    println!("\nrun one: `cargo lab run 06`; all in order: `cargo lab tour`");
+    Ok(0)
+}
+
+fn missing_chapter(ch: &Chapter, root: &Path) -> Option<String> {
+    let dir = ch.dir(root);
+    (!dir.join("Cargo.toml").is_file()).then(|| {
+        format!(
+            "chapter {} ({}) is listed in chapters/course.toml but {} does not exist yet",
+            ch.number,
+            ch.package,
+            dir.display()
+        )
+    })
+}
+
+/// `cargo build -p <pkgs>` with cargo's progress shown; returns package -> executable.
+fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
+    let root = root()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .arg("build")
+        .arg("--message-format=json-render-diagnostics");
+    for p in pkgs {
+        cmd.args(["-p", p]);
+    }
+    eprintln!("building {} ...", pkgs.join(", "));
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    if !out.status.success() {
+        bail!(
+            "`cargo build -p {}` failed (see the errors above)",
+            pkgs.join(" -p ")
+        );
+    }
+    let re = regex::Regex::new(r#""executable":"([^"]+)""#).unwrap();
+    let name_re = regex::Regex::new(r#""target":\{[^}]*"name":"([^"]+)""#).unwrap();
+    let mut exes = vec![];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") {
+            continue;
+        }
+        if let (Some(e), Some(n)) = (re.captures(line), name_re.captures(line)) {
+            exes.push((n[1].to_string(), e[1].to_string()));
+        }
+    }
+    for p in pkgs {
+        if !exes.iter().any(|(n, _)| n == p) {
+            bail!("cargo built {p} but reported no binary named {p}");
+        }
+    }
+    Ok(exes)
+}
+
+/// Runs a built chapter in a lab; prints its transcript.
+fn run_built(lab: &Lab, ch: &Chapter, exe: &str, extra: &[&str]) -> Result<Transcript> {
+    let roles =
+        testing::chapter_roles(lab, &ch.package, exe, extra).map_err(|e| anyhow::anyhow!(e))?;
+    let t = testing::run_roles_in(lab, &roles, testing::run_timeout())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    print!("{}", t.text());
+    Ok(t)
+}
+
+fn get_lab(t: Topology) -> Result<Lab> {
+    let root = root()?;
+    let t0 = Instant::now();
+    let lab = Lab::acquire(t, Some(&root))
+        .with_context(|| format!("getting a {} lab; next: `cargo lab doctor`", t.name()))?;
+    eprintln!("lab: {} [{:.1} s]", lab.origin, t0.elapsed().as_secs_f64());
+    Ok(lab)
+}
+
+fn run(key: &str, extra: &[String]) -> Result<i32> {
+    let (course, root) = Course::load()?;
+    let ch = course.find(key).with_context(|| {
+        format!("no chapter {key:?} in chapters/course.toml; `cargo lab list` shows them")
+    })?;
+    if let Some(m) = missing_chapter(ch, &root) {
+        bail!("{m}");
+    }
+    let exes = build(&[&ch.package])?;
+    let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
+    let lab = get_lab(ch.topology()?)?;
+    println!("── {} {} ({})", ch.number, ch.title, ch.topology);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let t = run_built(&lab, ch, exe, &extra)?;
+    Ok(if t.success() { 0 } else { 1 })
+}
+
+fn tour() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    let present: Vec<&Chapter> = course
+        .chapters
+        .iter()
+        .filter(|c| missing_chapter(c, &root).is_none())
+        .collect();
+    let pkgs: Vec<&str> = present.iter().map(|c| c.package.as_str()).collect();
+    let exes = if pkgs.is_empty() {
+        vec![]
+    } else {
+        build(&pkgs)?
+    };
+    let mut labs: Vec<(Topology, Lab)> = vec![];
+    let mut rows = vec![];
+    for ch in &course.chapters {
+        println!(
+            "\n── {} {} ({})\n   {}",
+            ch.number, ch.title, ch.topology, ch.summary
+        );
+        if let Some(m) = missing_chapter(ch, &root) {
+            println!("   MISSING: {m}");
+            rows.push((ch, "missing".to_string(), Duration::ZERO));
+            continue;
+        }
+        let t = ch.topology()?;
+        if !labs.iter().any(|(lt, _)| *lt == t) {
+            labs.push((t, get_lab(t)?));
+        }
+        let lab = &labs.iter().find(|(lt, _)| *lt == t).unwrap().1;
+        let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
+        let t0 = Instant::now();
+        let verdict = match run_built(lab, ch, exe, &[]) {
+            Ok(tr) if tr.success() => "ok".to_string(),
+            Ok(tr) => format!(
+                "FAILED ({})",
+                tr.sections
+                    .iter()
+                    .map(|s| format!("{} exit {}", s.name, s.exit_code))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Err(e) => {
+                println!("{e:#}");
+                "FAILED (harness error)".to_string()
+            }
+        };
+        rows.push((ch, verdict, t0.elapsed()));
+    }
+    println!(
+        "\n{:<3} {:<24} {:<9} {:>7}  result",
+        "#", "package", "topology", "time"
+    );
+    let mut bad = 0;
+    for (ch, v, d) in &rows {
+        if v != "ok" {
+            bad += 1;
+        }
+        println!(
+            "{:<3} {:<24} {:<9} {:>6.1}s  {}",
+            ch.number,
+            ch.package,
+            ch.topology,
+            d.as_secs_f64(),
+            v
+        );
+    }
+    println!("\n{} of {} chapters ok", rows.len() - bad, rows.len());
+    Ok(if bad == 0 { 0 } else { 1 })
+}
+
+// ---------------------------------------------------------------------------------------------
+// test
+
+fn test(args: &[String]) -> Result<i32> {
+    let root = root()?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    // Ctrl-C goes to cargo and the tests too; we stay to tear the labs down.
+    signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
+    let report = checks();
+    let provider = lab::chosen_provider()?;
+    if report.iter().any(|c| c.required && !c.ok) {
+        eprintln!("cargo lab test: prerequisites missing; running `scripts/setup.sh --vm` ...");
+        let code = run_setup(&["--vm"])?;
+        if code != 0 {
+            bail!("setup failed; see above (or run `cargo lab doctor`)");
+        }
+    }
+    let home = std::env::temp_dir().join(format!("rxe-lab-test.{}", std::process::id()));
+    let mut started: Vec<PathBuf> = vec![];
+    let result = (|| -> Result<i32> {
+        if provider == Provider::Vm {
+            // Start both topologies at once (a running `cargo lab up` lab is reused).
+            let mut pending = vec![];
+            for t in Topology::all() {
+                if daemon_alive(&lab::up_home(&root).join(t.name())) {
+                    eprintln!("using the running {} lab (`cargo lab up`)", t.name());
+                    continue;
+                }
+                let dir = home.join(t.name());
+                let child = start_daemon(t, &dir)?;
+                started.push(dir.clone());
+                pending.push((t, dir, child));
+            }
+            for (t, dir, child) in pending {
+                wait_daemon(t, &dir, child, true)?;
+                if interrupted.load(Ordering::SeqCst) {
+                    bail!("interrupted");
+                }
+            }
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(&root)
+            .args(["test", "--workspace"])
+            .args(args);
+        if provider == Provider::Vm {
+            cmd.env("LAB_STATE_DIR", &home);
+        }
+        eprintln!("running: cargo test --workspace {}", args.join(" "));
+        let st = cmd.status().context("running cargo test")?;
+        Ok(st.code().unwrap_or(130))
+    })();
+    for dir in &started {
+        stop_daemon(dir);
+    }
+    let _ = std::fs::remove_dir_all(&home);
+    if interrupted.load(Ordering::SeqCst) {
+        eprintln!("cargo lab test: interrupted; labs torn down");
+        return Ok(130);
+    }
+    result
+}
+
+// ---------------------------------------------------------------------------------------------
+// doctor, setup
+
+#[derive(Debug)]
+struct Check {
+    what: String,
+    ok: bool,
+    /// Chapters cannot run without it.
+    required: bool,
+    detail: String,
+    fix: String,
+}
+
+fn check(what: &str, ok: bool, required: bool, detail: String, fix: &str) -> Check {
+    Check {
+        what: what.into(),
+        ok,
+        required,
+        detail,
+        fix: fix.into(),
+    }
+}
+
+fn find_files(globs: &[(&str, &str, &str)]) -> Vec<PathBuf> {
+    // (dir, prefix, suffix) over one level of subdirs too.
+    let mut out = vec![];
+    for (dir, pre, suf) in globs {
+        let mut dirs = vec![PathBuf::from(dir)];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+        for d in dirs {
+            for sub in [d.clone(), d.join("libibverbs"), d.join("lib")] {
+                if let Ok(rd) = std::fs::read_dir(&sub) {
+                    for e in rd.flatten() {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        if n.starts_with(pre) && n.contains(suf) {
+                            out.push(e.path());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// libclang versions installed (for bindgen 0.59 in rdma-sys: must be <= 15).
+fn libclang_versions() -> Vec<u32> {
+    let mut v = vec![];
+    if let Some(p) = std::env::var_os("LIBCLANG_PATH") {
+        let s = p.to_string_lossy().into_owned();
+        if let Some(n) = s
+            .split("llvm-")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|n| n.parse().ok())
+        {
+            v.push(n);
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some(ver) = n.strip_prefix("llvm-").and_then(|x| x.parse::<u32>().ok())
+                && find_files(&[(&format!("/usr/lib/{n}/lib"), "libclang", ".so")])
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains("libclang"))
+            {
+                v.push(ver);
+            }
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn checks() -> Vec<Check> {
+    let mut c = vec![];
+    let native = lab::native_available();
+    let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
+    let want_vm = forced == "vm" || (!native && forced != "native");
+    c.push(check(
+        "provider",
+        true,
+        false,
+        if want_vm {
+            "vm (no RDMA device on this host: chapters run in a QEMU microVM)".into()
+        } else {
+            "native (this host has an RDMA device)".into()
+        },
+        "",
+    ));
+    if want_vm {
+        match crate::kernel::find_kernel() {
+            Ok(k) => c.push(check(
+                "kernel with rdma_rxe",
+                true,
+                true,
+                format!("{} ({})", k.version, k.image.display()),
+                "",
+            )),
+            Err(_) => c.push(check(
+                "kernel with rdma_rxe",
+                false,
+                true,
+                "no /boot/vmlinuz-<ver> with /lib/modules/<ver>/.../rdma_rxe.ko*".into(),
+                "cargo lab setup   (installs linux-image-amd64; Ubuntu: linux-image-generic linux-modules-extra-generic)",
+            )),
+        }
+        let q = vm::which("qemu-system-x86_64");
+        c.push(check(
+            "qemu",
+            q.is_some(),
+            true,
+            q.map(|p| p.display().to_string())
+                .unwrap_or("not found".into()),
+            "cargo lab setup   (installs qemu-system-x86)",
+        ));
+        let bb = crate::initramfs::find_busybox();
+        c.push(check(
+            "static busybox",
+            bb.is_ok(),
+            true,
+            bb.map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "not found".into()),
+            "cargo lab setup   (installs busybox-static)",
+        ));
+        let sp = vm::which("setpriv");
+        c.push(check(
+            "setpriv (QEMU dies with its owner)",
+            sp.is_some(),
+            false,
+            sp.map(|p| p.display().to_string())
+                .unwrap_or("not found".into()),
+            "apt-get install util-linux",
+        ));
+        let kvm = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok();
+        c.push(check(
+            "/dev/kvm",
+            kvm,
+            false,
+            if kvm {
+                "opens; the first boot probes whether KVM guests really run (else TCG)".into()
+            } else {
+                "not usable: VMs run under TCG (slower, works)".into()
+            },
+            "add yourself to the kvm group (sudo usermod -aG kvm $USER) if the host has KVM",
+        ));
+    }
+    let verbs = find_files(&[
+        ("/usr/lib", "libibverbs.so", ""),
+        ("/usr/lib64", "libibverbs.so", ""),
+    ]);
+    c.push(check(
+        "libibverbs",
+        !verbs.is_empty(),
+        true,
+        verbs
+            .first()
+            .map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "cargo lab setup   (installs rdma-core, libibverbs-dev)",
+    ));
+    let rxe = find_files(&[
+        ("/usr/lib", "librxe-rdmav", ".so"),
+        ("/usr/lib64", "librxe-rdmav", ".so"),
+    ]);
+    c.push(check(
+        "rxe provider for libibverbs",
+        !rxe.is_empty(),
+        true,
+        rxe.first()
+            .map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "cargo lab setup   (installs ibverbs-providers)",
+    ));
+    let tools = vm::which("ibv_rc_pingpong").is_some() && vm::which("ibv_devinfo").is_some();
+    c.push(check(
+        "ibverbs-utils (ibv_devinfo, ibv_rc_pingpong)",
+        tools,
+        false,
+        if tools {
+            "present".into()
+        } else {
+            "missing".into()
+        },
+        "cargo lab setup   (installs ibverbs-utils)",
+    ));
+    let pc = Command::new("pkg-config")
+        .args(["--exists", "libibverbs"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    c.push(check(
+        "pkg-config libibverbs (rdma-sys build)",
+        pc,
+        true,
+        if pc {
+            "found".into()
+        } else {
+            "pkg-config or libibverbs-dev missing".into()
+        },
+        "cargo lab setup   (installs pkg-config libibverbs-dev librdmacm-dev)",
+    ));
+    let clang = libclang_versions();
+    let ok_clang = clang.iter().any(|v| *v <= 15);
+    c.push(check(
+        "libclang <= 15 (bindgen 0.59 in rdma-sys)",
+        ok_clang,
+        true,
+        if clang.is_empty() {
+            "no libclang found".into()
+        } else {
+            format!("versions {clang:?}")
+        },
+        if clang.iter().any(|v| *v > 15) {
+            "install libclang-15-dev (or 14) and export LIBCLANG_PATH=/usr/lib/llvm-15/lib"
+        } else {
+            "cargo lab setup   (installs libclang-dev)"
+        },
+    ));
+    if !want_vm {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let memlock = limits
+            .lines()
+            .find(|l| l.starts_with("Max locked memory"))
+            .map(|l| l.split_whitespace().nth(3).unwrap_or("?").to_string())
+            .unwrap_or_default();
+        let root = std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false);
+        let ok = root
+            || memlock == "unlimited"
+            || memlock
+                .parse::<u64>()
+                .map(|v| v >= 64 << 20)
+                .unwrap_or(false);
+        c.push(check(
+            "memlock limit",
+            ok,
+            false,
+            format!(
+                "{memlock} bytes{}",
+                if root { " (root: not limited)" } else { "" }
+            ),
+            "raise it: `ulimit -l unlimited` or /etc/security/limits.conf (memlock)",
+        ));
+        let mut gids = String::new();
+        if let Ok(rd) = std::fs::read_dir("/sys/class/infiniband") {
+            for e in rd.flatten() {
+                let p = e.path().join("ports/1");
+                let mtu = std::fs::read_to_string(p.join("active_mtu")).unwrap_or_default();
+                let mut v4 = String::from("none");
+                for i in 0..16 {
+                    let g =
+                        std::fs::read_to_string(p.join(format!("gids/{i}"))).unwrap_or_default();
+                    if g.starts_with("0000:0000:0000:0000:0000:ffff:") {
+                        v4 = format!("index {i}");
+                        break;
+                    }
+                }
+                gids.push_str(&format!(
+                    "{}: RoCE v2 IPv4 GID at {v4}, active MTU {} ",
+                    e.file_name().to_string_lossy(),
+                    mtu.trim()
+                ));
+            }
+        }
+        c.push(check(
+            "GID and MTU",
+            !gids.is_empty(),
+            false,
+            gids,
+            "bash scripts/setup.sh --native",
+        ));
+    } else {
+        c.push(check(
+            "GID and MTU",
+            true,
+            false,
+            "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active MTU 1024"
+                .into(),
+            "",
+        ));
+    }
+    c
+}
+
+fn doctor() -> Result<i32> {
+    let cs = checks();
+    let mut missing = 0;
+    for c in &cs {
+        let mark = if c.ok {
+            "ok  "
+        } else if c.required {
+            missing += 1;
+            "MISS"
+        } else {
+            "warn"
+        };
+        println!("[{mark}] {:<44} {}", c.what, c.detail);
+        if !c.ok && !c.fix.is_empty() {
+            println!("       fix: {}", c.fix);
+        }
+    }
+    if missing == 0 {
+        println!("\nready: `cargo lab tour` runs the course, `cargo lab test` the tests");
+        Ok(0)
+    } else {
+        println!("\n{missing} required piece(s) missing; next: `cargo lab setup`");
+        Ok(1)
+    }
+}
+
+fn run_setup(args: &[&str]) -> Result<i32> {
+    let st = Command::new("bash")
+        .arg("-c")
+        .arg(SETUP_SH)
+        .arg("scripts/setup.sh")
+        .args(args)
+        .status()
+        .context("running bash (scripts/setup.sh)")?;
+    Ok(st.code().unwrap_or(1))
+}
+
+fn setup(vm: bool, native: bool, print: bool) -> Result<i32> {
+    let mut args = vec![];
+    let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
+    if vm || (!native && (forced == "vm" || (!lab::native_available() && forced != "native"))) {
+        args.push("--vm");
+    }
+    if native {
+        args.push("--native");
+    }
+    if print {
+        args.push("--print");
+    }
+    let code = run_setup(&args)?;
+    if code == 0 && !print {
+        println!("next: `cargo lab doctor` to check, then `cargo lab tour`");
+    }
+    Ok(code)
+}
+
+// ---------------------------------------------------------------------------------------------
+// bench
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+fn bench(runs: usize, t: TopoArg) -> Result<i32> {
+    let t = match t {
+        TopoArg::One(t) => t,
+        TopoArg::All => bail!("pick one topology"),
+    };
+    let opts = VmOptions::from_env();
+    // Build caches first (initramfs, vmlinux, accel probe) so runs measure boots only.
+    let plan = vm::plan(t, &opts)?;
+    println!(
+        "kernel {}  image {}  accel {}",
+        plan.kernel.version,
+        plan.image.display(),
+        plan.accel.name()
+    );
+    let mut boots = vec![];
+    let mut execs = vec![];
+    for i in 0..runs {
+        let t0 = Instant::now();
+        let lab = Lab::boot(t, &opts)?;
+        let out = lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
+        let boot = t0.elapsed().as_secs_f64();
+        if out.status != ExitStatus::Code(0) {
+            bail!("`true` failed in the lab: {:?}", out.status);
+        }
+        let mut lat = vec![];
+        for _ in 0..10 {
+            let t1 = Instant::now();
+            lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
+            lat.push(t1.elapsed().as_secs_f64() * 1000.0);
+        }
+        let exec_ms = median(&mut lat);
+        let rss: Vec<String> = lab
+            .vm_pids()
+            .iter()
+            .map(|p| format!("{:.0}", rss_mb(*p)))
+            .collect();
+        println!(
+            "run {}: boot to first command {boot:.2} s, exec `true` median {exec_ms:.0} ms, qemu RSS MiB {}",
+            i + 1,
+            rss.join("+")
+        );
+        boots.push(boot);
+        execs.push(exec_ms);
+    }
+    println!(
+        "median over {runs}: boot to first command {:.2} s, exec {:.0} ms",
+        median(&mut boots),
+        median(&mut execs)
+    );
+    Ok(0)
 }

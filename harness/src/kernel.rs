@@ -277,9 +277,13 @@ pub fn extract_vmlinux(bzimage: &[u8]) -> Result<Vec<u8>> {
             let data = &bzimage[at..];
             let mut out = vec![];
             let ok = match kind {
+                // Kernels compress with xz's x86 BCJ filter, which lzma-rs lacks: use xz(1)
+                // (xz-utils, present on Debian and Ubuntu) and lzma-rs only as a fallback.
                 "xz" => {
-                    lzma_rs::xz_decompress(&mut std::io::BufReader::new(data), &mut out).is_ok()
-                        || is_elf(&out)
+                    out = xz_cli(data).unwrap_or_default();
+                    is_elf(&out)
+                        || lzma_rs::xz_decompress(&mut std::io::BufReader::new(data), &mut out)
+                            .is_ok()
                 }
                 "zstd" => ruzstd::decoding::StreamingDecoder::new(data)
                     .map(|mut d| d.read_to_end(&mut out).is_ok() || is_elf(&out))
@@ -297,6 +301,27 @@ pub fn extract_vmlinux(bzimage: &[u8]) -> Result<Vec<u8>> {
         }
     }
     bail!("no compressed ELF kernel found in the image")
+}
+
+/// `xz -dc --single-stream` (stops at the end of the first stream, ignoring what follows).
+fn xz_cli(data: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("xz")
+        .args(["-dc", "--single-stream"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take()?;
+    let data = data.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&data);
+    });
+    let out = child.wait_with_output().ok()?;
+    let _ = feeder.join();
+    Some(out.stdout)
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

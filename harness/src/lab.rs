@@ -62,12 +62,17 @@ impl Drop for Lab {
     }
 }
 
-/// The state dir a `cargo lab up` daemon uses for this workspace: `$LAB_STATE_DIR`, else
-/// `<tmp>/rxe-lab-up.<uid>.<hash of the workspace path>`; one subdir per topology.
+/// Where `cargo lab up` keeps this workspace's labs: `$LAB_STATE_DIR` if set, else
+/// [`up_home`]. One subdir per topology.
 pub fn daemon_home(workspace: &Path) -> PathBuf {
-    if let Some(d) = std::env::var_os("LAB_STATE_DIR") {
-        return PathBuf::from(d);
+    match std::env::var_os("LAB_STATE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => up_home(workspace),
     }
+}
+
+/// `<tmp>/rxe-lab-up.<hash of the workspace path and user>`.
+pub fn up_home(workspace: &Path) -> PathBuf {
     let uid = std::fs::read_to_string("/proc/self/loginuid")
         .ok()
         .map(|s| s.trim().to_string())
@@ -235,7 +240,7 @@ impl Lab {
             homes.push(PathBuf::from(d));
         }
         if let Some(ws) = workspace {
-            homes.push(daemon_home(ws));
+            homes.push(up_home(ws));
         }
         for h in homes {
             let dir = h.join(topology.name());
@@ -302,7 +307,7 @@ impl Lab {
     /// Serves this lab to other processes: a relay socket per node (`node-<x>.sock` in the
     /// state dir) speaking the agent protocol. Returns when a client asks for Shutdown or a VM
     /// dies. Used by the `cargo lab up` daemon.
-    pub fn serve(self) -> Result<()> {
+    pub fn serve(self, term: Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
         let dir = self.dir.clone().context("a daemon needs a state dir")?;
         let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
         let lab = Arc::new(self);
@@ -329,6 +334,10 @@ impl Lab {
             g = g2;
             if !lab.is_alive() {
                 eprintln!("lab daemon: a VM stopped; shutting down");
+                break;
+            }
+            if term.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("lab daemon: signalled; shutting down");
                 break;
             }
         }

@@ -18,6 +18,7 @@ use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
 use std::io::Read as _;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -176,7 +177,27 @@ pub fn new_state_dir(what: &str) -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("rxe-lab.{pid}.{n}.{what}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("owner.pid"), pid.to_string())?;
+    spawn_reaper(&dir);
     Ok(dir)
+}
+
+/// Removes `dir` when this process exits, however it exits (a lab in a `static` is never
+/// dropped): a `sh` child blocks reading a pipe whose only writer is this process; the pipe
+/// closes at our exit, `read` returns and the shell removes the dir. Its own process group, so
+/// a Ctrl-C aimed at us does not stop it early.
+fn spawn_reaper(dir: &Path) {
+    let child = Command::new("sh")
+        .args(["-c", "read -r _; rm -rf -- \"$1\"", "lab-reaper"])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+    if let Ok(mut c) = child {
+        // Keep the pipe's write end open for the rest of the process's life.
+        std::mem::forget(c.stdin.take());
+    }
 }
 
 /// Is a process alive? (Linux: /proc/<pid>)
@@ -378,6 +399,10 @@ fn start_one(
     let agent_sock = dir.join(format!("agent-{tag}.sock"));
     let _ = std::fs::remove_file(&agent_sock);
     let mut append = String::from("console=ttyS0 quiet panic=-1 tsc=reliable");
+    if let Ok(extra) = std::env::var("LAB_VM_APPEND") {
+        append.push(' ');
+        append.push_str(&extra);
+    }
     if let Some(n) = node {
         append.push_str(match n {
             Node::A => " LAB_NODE=a",
