@@ -38,7 +38,7 @@
 //! | `cq` | `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompletionChannel`], [`CompletionQueue`], [`CqEvent`], [`WorkCompletion`], [`WcStatus`], [`WcOpcode`] |
 //! | `qp` | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_send`, `ibv_post_recv` | [`QueuePair`], [`QpAttr`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`], [`transition`] |
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
-//! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`Ticket`] |
+//! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
 //! | [`show`] | | the one formatting module for labelled identifiers |
@@ -93,7 +93,7 @@ pub use error::{Errno, Error, Hint, Result};
 pub use exchange::RemoteRegion;
 pub use mr::{AccessFlags, MemoryRegion, memlock_limit, page_size, set_memlock_limit};
 pub use pd::ProtectionDomain;
-pub use pool::{RemotePool, Ticket};
+pub use pool::{AsyncPool, PoolOp, RemoteBlock, RemotePool, Ticket, join_all};
 pub use qp::{
     AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpTypeState,
     QueuePair, RtrAttr, RtsAttr, TransitionError, check_transition, state, transition,

@@ -14,7 +14,10 @@
 //! * **split-phase**: [`RemotePool::post_write`] / [`RemotePool::post_read`] post from a
 //!   caller's registered region and return a [`Ticket`] at once; many can be in flight;
 //!   [`RemotePool::wait`] (or [`RemotePool::poll`]) collects their completions. This is the
-//!   base any completion-driven async form builds on.
+//!   base any completion-driven async form builds on;
+//! * **futures**: [`AsyncPool`] makes each operation a [`std::future::Future`] ([`PoolOp`]),
+//!   run by [`AsyncPool::block_on`], which sleeps on the completion channel's fd between
+//!   completions; [`join_all`] runs several at once.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -26,6 +29,41 @@ use crate::exchange::RemoteRegion;
 use crate::mr::MemoryRegion;
 use crate::qp::QueuePair;
 use crate::wr::SendWr;
+
+mod future;
+pub use future::{AsyncPool, JoinAll, PoolOp, join_all};
+
+/// One block of a pool, as the server describes it: (addr, len, rkey).
+pub type RemoteBlock = RemoteRegion;
+
+/// Bounds-checks `offset..offset+len` in `blocks[block]`: its remote address and rkey.
+pub fn locate_in(
+    blocks: &[RemoteRegion],
+    block: usize,
+    offset: u64,
+    len: u64,
+) -> Result<(u64, u32)> {
+    let b = blocks.get(block).ok_or_else(|| {
+        Error::OutOfBounds(
+            format!(
+                "block {block} does not exist (the pool has {} blocks)",
+                blocks.len()
+            )
+            .into(),
+        )
+    })?;
+    let addr = b.addr_of(offset, len).ok_or_else(|| {
+        Error::OutOfBounds(
+            format!(
+                "bytes {offset}..{} are outside block {block} ({} bytes)",
+                offset as u128 + len as u128,
+                b.len
+            )
+            .into(),
+        )
+    })?;
+    Ok((addr, b.rkey))
+}
 
 /// Default deadline for one blocking operation.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -105,29 +143,10 @@ impl RemotePool {
         (self.qp, self.cq, self.staging)
     }
 
-    /// The remote address of `offset..offset+len` in `block`, or an error naming what is out
-    /// of range. Nothing is posted when this fails.
+    /// The remote address and rkey of `offset..offset+len` in `block`, or an error naming what
+    /// is out of range. Nothing is posted when this fails.
     pub fn locate(&self, block: usize, offset: u64, len: u64) -> Result<(u64, u32)> {
-        let b = self.blocks.get(block).ok_or_else(|| {
-            Error::OutOfBounds(
-                format!(
-                    "block {block} does not exist (the pool has {} blocks)",
-                    self.blocks.len()
-                )
-                .into(),
-            )
-        })?;
-        let addr = b.addr_of(offset, len).ok_or_else(|| {
-            Error::OutOfBounds(
-                format!(
-                    "bytes {offset}..{} are outside block {block} ({} bytes)",
-                    offset as u128 + len as u128,
-                    b.len
-                )
-                .into(),
-            )
-        })?;
-        Ok((addr, b.rkey))
+        locate_in(&self.blocks, block, offset, len)
     }
 
     fn wr_id(&mut self) -> u64 {
@@ -309,5 +328,42 @@ impl RemotePool {
                 Ok(Some((Ticket(wc.wr_id), wc.ok().map(|w| w.opcode))))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Vec<RemoteRegion> {
+        (0..4)
+            .map(|i| RemoteRegion {
+                addr: 0x10000 + i * 4096,
+                len: 4096,
+                rkey: 0x1234,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn locate_checks_block_and_range() {
+        let t = table();
+        assert_eq!(
+            locate_in(&t, 2, 8, 8).unwrap(),
+            (0x10000 + 2 * 4096 + 8, 0x1234)
+        );
+        assert_eq!(locate_in(&t, 3, 0, 4096).unwrap().0, 0x10000 + 3 * 4096);
+        let e = locate_in(&t, 4, 0, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "out of bounds: block 4 does not exist (the pool has 4 blocks)"
+        );
+        let e = locate_in(&t, 0, 4090, 8).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "out of bounds: bytes 4090..4098 are outside block 0 (4096 bytes)"
+        );
+        assert!(locate_in(&t, 0, u64::MAX, 2).is_err());
+        assert!(locate_in(&[], 0, 0, 0).is_err());
     }
 }

@@ -745,3 +745,68 @@ fn pool_write_read_atomics_and_bounds() {
         },
     );
 }
+
+#[test]
+fn pool_futures_on_the_completion_channel() {
+    in_lab(
+        Topology::Loopback,
+        "pool_futures_on_the_completion_channel",
+        || {
+            let ctx = open();
+            let ch = ctx.create_comp_channel().unwrap();
+            let Pair {
+                a,
+                b: _b,
+                cq_a,
+                mr_a,
+                mr_b,
+                ..
+            } = Pair::on(ctx.clone(), Some(&ch));
+            let whole = mr_b.remote();
+            let blocks: Vec<RemoteBlock> = (0..8)
+                .map(|i| RemoteRegion {
+                    addr: whole.addr + i * 512,
+                    len: 512,
+                    rkey: whole.rkey,
+                })
+                .collect();
+            let pool = AsyncPool::new(a, cq_a, ch, blocks);
+            for i in 0..8usize {
+                mr_a.write_from(i * 64, &[i as u8 + 1; 64]).unwrap();
+            }
+            let ops: Vec<PoolOp> = (0..8usize)
+                .map(|i| pool.write(i, 0, &mr_a, i * 64..i * 64 + 64).unwrap())
+                .collect();
+            let results = pool.block_on(join_all(ops), T).unwrap();
+            assert_eq!(results.len(), 8);
+            for r in results {
+                assert_eq!(r.unwrap().opcode, WcOpcode::RdmaWrite);
+            }
+            for i in 0..8usize {
+                assert!(
+                    mr_b.as_slice()[i * 512..i * 512 + 64]
+                        .iter()
+                        .all(|&b| b == i as u8 + 1)
+                );
+            }
+            // Atomics through futures: 8 concurrent increments of one counter.
+            let ops: Vec<PoolOp> = (0..8usize)
+                .map(|i| pool.fetch_add(7, 504, 1, &mr_a, 1024 + i * 8).unwrap())
+                .collect();
+            for r in pool.block_on(join_all(ops), T).unwrap() {
+                r.unwrap();
+            }
+            let mut olds: Vec<u64> = (0..8)
+                .map(|i| mr_a.read_u64(1024 + i * 8).unwrap())
+                .collect();
+            olds.sort();
+            assert_eq!(olds, (0..8).collect::<Vec<u64>>());
+            assert_eq!(mr_b.read_u64(7 * 512 + 504).unwrap(), 8);
+            // An out-of-range operation is refused before posting.
+            assert!(matches!(
+                pool.write(8, 0, &mr_a, 0..1),
+                Err(Error::OutOfBounds(_))
+            ));
+        },
+    );
+}
