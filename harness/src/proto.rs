@@ -312,3 +312,88 @@ pub fn write_frame<W: Write>(w: &mut W, frame: &[u8]) -> io::Result<()> {
     w.write_all(frame)?;
     w.flush()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_req(r: Request) {
+        let f = r.encode();
+        let (tag, body) = read_frame(&mut &f[..]).unwrap().unwrap();
+        assert_eq!(Request::decode(tag, &body).unwrap(), r);
+    }
+
+    fn roundtrip_reply(r: Reply) {
+        let f = r.encode();
+        let (tag, body) = read_frame(&mut &f[..]).unwrap().unwrap();
+        assert_eq!(Reply::decode(tag, &body).unwrap(), r);
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        roundtrip_req(Request::Run(RunRequest {
+            id: 7,
+            argv: vec!["sh".into(), "-c".into(), "echo é".into()],
+            env: vec![("A".into(), "1".into()), ("EMPTY".into(), String::new())],
+            cwd: "/tmp".into(),
+            timeout_ms: 1234,
+        }));
+        roundtrip_req(Request::Run(RunRequest::default()));
+        roundtrip_req(Request::Kill { id: u32::MAX });
+        roundtrip_req(Request::Ping);
+        roundtrip_req(Request::Shutdown);
+        roundtrip_reply(Reply::Ready {
+            error: String::new(),
+        });
+        roundtrip_reply(Reply::Ready {
+            error: "no GID".into(),
+        });
+        roundtrip_reply(Reply::Stdout {
+            id: 1,
+            data: vec![0, 1, 2, 255],
+        });
+        roundtrip_reply(Reply::Stderr {
+            id: 2,
+            data: vec![],
+        });
+        for status in [
+            ExitStatus::Code(0),
+            ExitStatus::Code(-1),
+            ExitStatus::Signal(9),
+            ExitStatus::TimedOut,
+            ExitStatus::SpawnFailed("nope".into()),
+        ] {
+            roundtrip_reply(Reply::Exit { id: 3, status });
+        }
+    }
+
+    #[test]
+    fn frames_follow_each_other_and_end_cleanly() {
+        let mut buf = Request::Ping.encode();
+        buf.extend(Request::Kill { id: 5 }.encode());
+        let mut r = &buf[..];
+        assert_eq!(read_frame(&mut r).unwrap().unwrap().0, T_PING);
+        assert_eq!(read_frame(&mut r).unwrap().unwrap().0, T_KILL);
+        assert!(read_frame(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn truncated_and_bad_frames_are_errors() {
+        let f = Request::Kill { id: 5 }.encode();
+        assert!(read_frame(&mut &f[..f.len() - 1]).is_err());
+        assert!(read_frame(&mut &f[..2]).is_err());
+        assert!(read_frame(&mut &[0u8, 0, 0, 0][..]).is_err());
+        assert!(read_frame(&mut &[0xffu8, 0xff, 0xff, 0x7f][..]).is_err());
+        assert!(Request::decode(99, &[]).is_err());
+        assert!(Reply::decode(T_EXIT, &[1, 0, 0, 0, 9, 0, 0, 0]).is_err());
+        assert!(Request::decode(T_RUN, &[1, 0]).is_err());
+    }
+
+    #[test]
+    fn exit_codes_are_shell_like() {
+        assert_eq!(ExitStatus::Code(3).code(), 3);
+        assert_eq!(ExitStatus::Signal(9).code(), 137);
+        assert_eq!(ExitStatus::TimedOut.code(), 124);
+        assert_eq!(ExitStatus::SpawnFailed(String::new()).code(), 127);
+    }
+}

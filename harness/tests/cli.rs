@@ -1,0 +1,74 @@
+//! The CLI's fast paths (no VM): list, unknown and unwritten chapters, help.
+
+use assert_cmd::Command;
+
+fn lab() -> Command {
+    let mut c = Command::cargo_bin("cargo-lab").unwrap();
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+#[test]
+fn list_shows_the_course_in_order() {
+    let out = lab()
+        .arg("list")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    let i1 = out.find("ch01-devices").expect("ch01 listed");
+    let i6 = out.find("ch06-pingpong").expect("ch06 listed");
+    assert!(i1 < i6);
+    assert!(out.contains("cargo lab run"));
+}
+
+#[test]
+fn an_unknown_chapter_says_where_to_look() {
+    let out = lab()
+        .args(["run", "99"])
+        .assert()
+        .failure()
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(out).unwrap();
+    assert!(err.contains("no chapter \"99\""), "{err}");
+    assert!(err.contains("cargo lab list"), "{err}");
+}
+
+#[test]
+fn cargo_subcommand_form_is_accepted() {
+    // Installed as `cargo-lab`, cargo calls it as `cargo-lab lab <cmd>`.
+    lab().args(["lab", "list"]).assert().success();
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = lab()
+        .arg("--help")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    for c in [
+        "doctor", "setup", "up", "status", "down", "exec", "shell", "list", "run", "tour", "test",
+    ] {
+        assert!(out.contains(c), "{c} missing from --help:\n{out}");
+    }
+}
+
+#[test]
+fn setup_print_runs_the_embedded_script() {
+    // --print installs nothing; exit 0 (all present) or 1 (missing, with the command).
+    let out = lab().args(["setup", "--print"]).output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(0) || text.contains("apt-get install"),
+        "{text}"
+    );
+}
