@@ -60,11 +60,9 @@ log "kernel $kver, headers $kbuild, compiler ${kcc:-gcc}"
 # as part of an && / || list.
 fetch_stable() {
   local upstream tag
-  if [ -r /proc/version_signature ]; then
-    upstream=$(awk '{print $NF}' /proc/version_signature)
-  else
-    upstream=${kver%%-*}
-  fi
+  upstream=
+  [ -r /proc/version_signature ] && upstream=$(awk '{print $NF}' /proc/version_signature)
+  [[ $upstream =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || upstream=${kver%%-*}
   if [[ $upstream =~ ^([0-9]+\.[0-9]+)\.0$ ]]; then tag=v${BASH_REMATCH[1]}; else tag=v$upstream; fi
   # The stable tree, then its GitHub mirror. A server without partial clone support makes git
   # warn and fetch the whole depth-1 tree instead (slower, same result).
