@@ -9,7 +9,7 @@
 //!   `errno`;
 //! * pointer-returning verbs (`ibv_alloc_pd`, `ibv_reg_mr`, ...) return `NULL` and set `errno`.
 //!
-//! [`rc`] and [`ptr`] turn each convention into a `Result` in one line, git2-style:
+//! `rc` and `ptr` (crate-private) turn each convention into a `Result` in one line, git2-style:
 //!
 //! ```ignore
 //! let pd = ptr(unsafe { ibv_alloc_pd(ctx) }, |e| Error::AllocPd { errno: e })?;

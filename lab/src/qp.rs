@@ -774,6 +774,8 @@ pub struct RtrAttr {
     pub min_rnr_timer: u8,
     pub hop_limit: u8,
     pub traffic_class: u8,
+    /// Service level (`ah_attr.sl`; `ibv_rc_pingpong -l`).
+    pub sl: u8,
     /// `None` = the port given at INIT.
     pub port: Option<u8>,
 }
@@ -792,8 +794,14 @@ impl RtrAttr {
             min_rnr_timer: DEFAULT_MIN_RNR_TIMER,
             hop_limit: DEFAULT_HOP_LIMIT,
             traffic_class: 0,
+            sl: 0,
             port: None,
         }
+    }
+    /// Service level (`ibv_rc_pingpong -l`).
+    pub fn sl(mut self, sl: u8) -> Self {
+        self.sl = sl;
+        self
     }
     pub fn sgid_index(mut self, i: u8) -> Self {
         self.sgid_index = Some(i);
@@ -1361,6 +1369,7 @@ impl QueuePair<state::Init> {
         let mut av = AddressVector::roce(a.dgid, sgid_index, port);
         av.hop_limit = a.hop_limit;
         av.traffic_class = a.traffic_class;
+        av.sl = a.sl;
         Ok(QpAttr::new()
             .state(QpState::Rtr)
             .av(&av)

@@ -68,6 +68,22 @@ impl<'a> InlineSge<'a> {
     }
 }
 
+impl<'a> InlineSge<'a> {
+    /// Inline data from bytes `range` of a registered region, as `ibv_rc_pingpong` sends a
+    /// message that fits `max_inline_data`: the provider copies the bytes during
+    /// `ibv_post_send`, so the region may be changed as soon as the post returns.
+    ///
+    /// (There is deliberately no `.inline()` switch on [`SendWr`]: an [`Sge`] does not borrow
+    /// its memory, and an inline post reads that memory in this process, so it must be
+    /// borrowed for the post: that is what this type does.)
+    ///
+    /// # Panics
+    /// If the range is outside the region (like slice indexing).
+    pub fn from_mr(mr: &'a crate::MemoryRegion, range: std::ops::Range<usize>) -> InlineSge<'a> {
+        InlineSge::new(&mr.as_slice()[range])
+    }
+}
+
 impl fmt::Debug for InlineSge<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "InlineSge {{ length: {} }}", self.0.length)

@@ -213,6 +213,28 @@ fn inline_send_from_unregistered_memory() {
     );
 }
 
+#[test]
+fn inline_send_from_a_registered_region() {
+    in_lab(
+        Topology::Loopback,
+        "inline_send_from_a_registered_region",
+        || {
+            let mut p = Pair::new();
+            let dst = [p.mr_b.sge(..)];
+            p.b.post_recv_one(RecvWr::new(1, &dst)).unwrap();
+            p.mr_a.as_mut_slice()[..4].copy_from_slice(b"ping");
+            {
+                let data = [InlineSge::from_mr(&p.mr_a, 0..4)];
+                p.a.post_send_one(SendWr::send_inline(6, &data)).unwrap();
+            }
+            p.mr_a.as_mut_slice()[..4].copy_from_slice(b"pong"); // copied at post: safe to reuse
+            p.cq_a.wait_one(T).unwrap().ok().unwrap();
+            p.cq_b.wait_one(T).unwrap().ok().unwrap();
+            assert_eq!(&p.mr_b.as_slice()[..4], b"ping");
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // one-sided
 

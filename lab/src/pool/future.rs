@@ -1,11 +1,11 @@
 //! The completion-driven form of the pool client: each posted operation is a
-//! [`std::future::Future`], and [`block_on`] runs futures on one thread, sleeping in `poll(2)`
+//! [`std::future::Future`], and [`AsyncPool::block_on`] runs futures on one thread, sleeping in `poll(2)`
 //! on the completion channel's fd when nothing is ready.
 //!
 //! Why this shape: a work request *is* already asynchronous (post now, completion later), so a
 //! future per work request is the natural mapping, and a completion channel is exactly the
 //! "wake me when something completed" primitive an executor needs. No runtime dependency
-//! (tokio, async-std) is pulled in; the whole reactor is [`block_on`]: poll the future; if it
+//! (tokio, async-std) is pulled in; the whole reactor is [`AsyncPool::block_on`]: poll the future; if it
 //! is pending, arm the CQ (`ibv_req_notify_cq`), drain once more (a completion may have landed
 //! before arming), then wait on the channel fd with a deadline, ack the event, repeat.
 //! Several operations run concurrently with [`join_all`].
@@ -197,7 +197,8 @@ impl AsyncPool {
         })
     }
 
-    /// Runs `fut` to completion ([`block_on`] with this pool's CQ and channel).
+    /// Runs `fut` on this thread until it resolves or `timeout` passes, sleeping on the
+    /// completion channel's fd whenever nothing is ready (see the module docs).
     pub fn block_on<F: Future>(&self, fut: F, timeout: Duration) -> Result<F::Output> {
         block_on(&self.shared, &self.channel, fut, timeout)
     }
