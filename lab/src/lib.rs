@@ -35,6 +35,7 @@
 //! | `device` | `ibv_get_device_list`, `ibv_open_device`, `ibv_query_device`, `ibv_query_port`, `ibv_query_gid_ex`, `ibv_get_async_event` | [`Context`], [`DeviceAttr`], [`PortAttr`], [`Gid`], [`GidEntry`], [`AsyncEvent`] |
 //! | `pd` | `ibv_alloc_pd`, `ibv_dealloc_pd` | [`ProtectionDomain`] |
 //! | `mr` | `ibv_reg_mr`, `ibv_dereg_mr` | [`MemoryRegion`], [`AccessFlags`] |
+//! | `clock` | (`getrusage(2)`) | [`CpuTime`], [`cpu_time`]: what a way of waiting costs in CPU |
 //! | `cq` | `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompletionChannel`], [`CompletionQueue`], [`CqEvent`], [`WorkCompletion`], [`WcStatus`], [`WcOpcode`] |
 //! | `qp` | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_send`, `ibv_post_recv` | [`QueuePair`], [`QpAttr`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`], [`transition`] |
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
@@ -70,6 +71,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod clock;
 pub mod cq;
 pub mod device;
 pub mod error;
@@ -82,6 +84,7 @@ pub mod qp;
 pub mod show;
 pub mod wr;
 
+pub use clock::{CpuTime, cpu_time};
 pub use cq::{
     CompletionChannel, CompletionQueue, CqEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
