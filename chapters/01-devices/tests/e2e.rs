@@ -1,0 +1,77 @@
+//! End-to-end tests of chapter 01 on a real rxe device (the loopback lab), through the harness:
+//! the transcript is redacted by the harness's one table and compared with the snapshots in
+//! `tests/snapshots/`.
+//!
+//! - `chapter`: the chapter as `cargo lab run 01` runs it (success), plus bad-flow cases that
+//!   need the device (an unknown device name, a port that does not exist): each must fail
+//!   with a clear message and a non-zero exit.
+//! - `bad_command_line`: runs the binary on the host; no device needed.
+
+use std::process::Command;
+
+use harness::testing::run_chapter;
+use rstest::rstest;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch01-devices");
+
+#[rstest]
+#[case::default(&[], 0)]
+#[case::bad_flow_unknown_device(&["-d", "nosuchdev0"], 1)]
+#[case::bad_flow_no_such_port(&["-i", "2"], 1)]
+fn chapter(#[case] args: &[&str], #[case] exit: i32) {
+    let t = run_chapter("ch01-devices", EXE, args);
+    let name = match (args, exit) {
+        ([], _) => "default",
+        (["-d", ..], _) => "unknown_device",
+        _ => "no_such_port",
+    };
+    insta::assert_snapshot!(name, t.redacted());
+    let run = &t.sections[0];
+    assert_eq!(run.exit_code, exit, "{t}");
+    if exit == 0 {
+        t.assert_success();
+        // The facts the chapter teaches, asserted one by one (the snapshot has the rest).
+        for fact in [
+            "state: IBV_PORT_ACTIVE (active)",
+            "link_layer: Ethernet",
+            "max_mtu: 4096, active_mtu: 1024",
+            "atomic_cap: IBV_ATOMIC_HCA (1)",
+            "use sgid_index=1 gid=::ffff:10.99.0.1 (RoCE v2, IPv4 10.99.0.1)",
+            "sgid_index=0 (fe80::5054:ff:fe00:1) toward gid=::ffff:10.99.0.1: ibv_modify_qp failed with",
+            "EINVAL (22)",
+            "ok, the QP is in IBV_QPS_RTR",
+            "step 8: close the device (ibv_close_device)",
+        ] {
+            assert!(run.stdout.contains(fact), "missing {fact:?} in\n{t}");
+        }
+    } else {
+        assert!(run.stderr.contains("ch01-devices: error:"), "{t}");
+    }
+}
+
+#[rstest]
+#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
+#[case::missing_value(&["-d"], "-d needs a value")]
+#[case::port_zero(&["-i", "0"], "\"0\" is not a port number")]
+#[case::port_not_a_number(&["--ib-port", "one"], "\"one\" is not a port number")]
+fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run the chapter");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+    assert!(stderr.contains("usage: ch01-devices"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn help_prints_usage() {
+    let out = Command::new(EXE)
+        .arg("--help")
+        .output()
+        .expect("run the chapter");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch01-devices"));
+}
