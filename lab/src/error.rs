@@ -192,6 +192,15 @@ pub enum Error {
     /// `ibv_dereg_mr(3)` failed.
     #[error("ibv_dereg_mr failed: {errno}")]
     DeregMr { errno: Errno },
+    /// `ibv_alloc_mw(3)` failed.
+    #[error("ibv_alloc_mw failed: {errno}{hint}")]
+    AllocMw { errno: Errno, hint: Hint },
+    /// `ibv_dealloc_mw(3)` failed.
+    #[error("ibv_dealloc_mw failed: {errno}")]
+    DeallocMw { errno: Errno },
+    /// `ibv_bind_mw(3)` failed.
+    #[error("ibv_bind_mw failed: {errno}{hint}")]
+    BindMw { errno: Errno, hint: Hint },
     /// `ibv_create_comp_channel(3)` failed.
     #[error("ibv_create_comp_channel failed: {errno}")]
     CreateCompChannel { errno: Errno },
@@ -308,6 +317,9 @@ impl Error {
             | DeallocPd { errno, .. }
             | RegMr { errno, .. }
             | DeregMr { errno }
+            | AllocMw { errno, .. }
+            | DeallocMw { errno }
+            | BindMw { errno, .. }
             | CreateCompChannel { errno }
             | DestroyCompChannel { errno, .. }
             | CreateCq { errno, .. }
@@ -335,6 +347,8 @@ impl Error {
             | NoRoceV2Gid { hint, .. }
             | DeallocPd { hint, .. }
             | RegMr { hint, .. }
+            | AllocMw { hint, .. }
+            | BindMw { hint, .. }
             | DestroyCompChannel { hint, .. }
             | CreateCq { hint, .. }
             | DestroyCq { hint, .. }

@@ -34,6 +34,7 @@
 //! |---|---|---|
 //! | `device` | `ibv_get_device_list`, `ibv_open_device`, `ibv_query_device`, `ibv_query_port`, `ibv_query_gid_ex`, `ibv_get_async_event` | [`Context`], [`DeviceAttr`], [`PortAttr`], [`Gid`], [`GidEntry`], [`AsyncEvent`] |
 //! | `pd` | `ibv_alloc_pd`, `ibv_dealloc_pd` | [`ProtectionDomain`] |
+//! | `mw` | `ibv_alloc_mw`, `ibv_bind_mw`, `IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`, `ibv_dealloc_mw` | [`MemoryWindow`], [`MwType`] |
 //! | `mr` | `ibv_reg_mr`, `ibv_dereg_mr` | [`MemoryRegion`], [`AccessFlags`] |
 //! | `clock` | (`getrusage(2)`) | [`CpuTime`], [`cpu_time`]: what a way of waiting costs in CPU |
 //! | `cq` | `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompletionChannel`], [`CompletionQueue`], [`CqEvent`], [`WorkCompletion`], [`WcStatus`], [`WcOpcode`] |
@@ -78,6 +79,7 @@ pub mod error;
 pub mod exchange;
 mod flags;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod pool;
 pub mod qp;
@@ -95,6 +97,7 @@ pub use device::{
 pub use error::{Errno, Error, Hint, Result};
 pub use exchange::RemoteRegion;
 pub use mr::{AccessFlags, MemoryRegion, memlock_limit, page_size, set_memlock_limit};
+pub use mw::{MemoryWindow, MwType, inc_rkey};
 pub use pd::ProtectionDomain;
 pub use pool::{AsyncPool, PoolOp, RemoteBlock, RemotePool, Ticket, join_all};
 pub use qp::{

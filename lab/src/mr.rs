@@ -272,6 +272,10 @@ impl MemoryRegion {
         }
     }
 
+    pub(crate) fn raw(&self) -> *mut ibv_mr {
+        self.mr.as_ptr()
+    }
+
     /// The start address (`mr->addr`), what a peer puts in `remote_addr`.
     pub fn addr(&self) -> u64 {
         self.base() as u64

@@ -903,6 +903,10 @@ impl<S: QpTypeState> QueuePair<S> {
         }
     }
 
+    pub(crate) fn raw(&self) -> *mut ibv_qp {
+        self.inner.qp.as_ptr()
+    }
+
     /// The QP number (`qp->qp_num`), what the peer needs as `dest_qp_num`.
     pub fn qp_num(&self) -> u32 {
         // SAFETY: the QP is alive while `self` is.

@@ -114,6 +114,12 @@ pub enum WrOpcode {
     RdmaRead,
     AtomicCmpAndSwp,
     AtomicFetchAndAdd,
+    /// `IBV_WR_LOCAL_INV` (memory windows).
+    LocalInv,
+    /// `IBV_WR_BIND_MW` (type 2 memory windows).
+    BindMw,
+    /// `IBV_WR_SEND_WITH_INV`.
+    SendWithInv,
 }
 
 impl WrOpcode {
@@ -127,6 +133,9 @@ impl WrOpcode {
             WrOpcode::RdmaRead => IBV_WR_RDMA_READ,
             WrOpcode::AtomicCmpAndSwp => IBV_WR_ATOMIC_CMP_AND_SWP,
             WrOpcode::AtomicFetchAndAdd => IBV_WR_ATOMIC_FETCH_AND_ADD,
+            WrOpcode::LocalInv => IBV_WR_LOCAL_INV,
+            WrOpcode::BindMw => IBV_WR_BIND_MW,
+            WrOpcode::SendWithInv => IBV_WR_SEND_WITH_INV,
         }
     }
     /// The C name (`IBV_WR_RDMA_WRITE`).
@@ -139,6 +148,9 @@ impl WrOpcode {
             WrOpcode::RdmaRead => "IBV_WR_RDMA_READ",
             WrOpcode::AtomicCmpAndSwp => "IBV_WR_ATOMIC_CMP_AND_SWP",
             WrOpcode::AtomicFetchAndAdd => "IBV_WR_ATOMIC_FETCH_AND_ADD",
+            WrOpcode::LocalInv => "IBV_WR_LOCAL_INV",
+            WrOpcode::BindMw => "IBV_WR_BIND_MW",
+            WrOpcode::SendWithInv => "IBV_WR_SEND_WITH_INV",
         }
     }
     fn from_raw(v: u32) -> Option<WrOpcode> {
@@ -150,6 +162,9 @@ impl WrOpcode {
             WrOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp,
             WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::LocalInv,
+            WrOpcode::BindMw,
+            WrOpcode::SendWithInv,
         ]
         .into_iter()
         .find(|o| o.raw() == v)
@@ -197,6 +212,13 @@ impl<'a> SendWr<'a> {
             wr,
             _sges: PhantomData,
         }
+    }
+
+    /// A work request with a raw opcode (for modules that build the rest themselves).
+    pub(crate) fn with_opcode(wr_id: u64, opcode: u32, sges: &'a [Sge]) -> SendWr<'a> {
+        let mut w = Self::base(wr_id, WrOpcode::Send, sges.as_ptr() as _, sges.len());
+        w.wr.opcode = opcode;
+        w
     }
 
     /// `IBV_WR_SEND`: the peer's next RECV receives the gathered bytes.

@@ -832,3 +832,63 @@ fn pool_futures_on_the_completion_channel() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// memory windows
+
+#[test]
+fn memory_windows_type1_and_type2() {
+    in_lab(Topology::Loopback, "memory_windows_type1_and_type2", || {
+        let ctx = open();
+        let mut p = Pair::on(ctx.clone(), None);
+        let pd = &p._pd;
+        let mr = pd
+            .reg_mr(4096, AccessFlags::ALL_REMOTE | AccessFlags::MW_BIND)
+            .unwrap();
+        p.mr_a.as_mut_slice()[..8].copy_from_slice(b"windowed");
+        let src = [p.mr_a.sge(0..8)];
+
+        // Type 2: bound by a work request on B (the owner of the memory), with our rkey.
+        let mw2 = pd.alloc_mw(MwType::Type2).unwrap();
+        let rkey2 = mw2.next_rkey();
+        let bind = SendWr::bind_mw(
+            10,
+            &mw2,
+            rkey2,
+            &mr,
+            2048..3072,
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
+        p.b.post_send_one(bind).unwrap();
+        let wc = p.cq_b.wait_one(T).unwrap().ok().unwrap();
+        assert_eq!(wc.opcode, WcOpcode::BindMw);
+        assert_eq!(mw2.rkey(), rkey2);
+        p.a.post_send_one(SendWr::write(1, &src, mr.addr() + 2048, rkey2))
+            .unwrap();
+        p.cq_a.wait_one(T).unwrap().ok().unwrap();
+        assert_eq!(&mr.as_slice()[2048..2056], b"windowed");
+
+        // Type 1: bound with ibv_bind_mw on B's QP.
+        let mw1 = pd.alloc_mw(MwType::Type1).unwrap();
+        let rkey1 =
+            p.b.bind_mw(&mw1, &mr, 0..1024, AccessFlags::REMOTE_WRITE, 11, true)
+                .unwrap();
+        let wc = p.cq_b.wait_one(T).unwrap().ok().unwrap();
+        assert_eq!((wc.wr_id, wc.opcode), (11, WcOpcode::BindMw));
+        p.a.post_send_one(SendWr::write(2, &src, mr.addr() + 8, rkey1))
+            .unwrap();
+        p.cq_a.wait_one(T).unwrap().ok().unwrap();
+        assert_eq!(&mr.as_slice()[8..16], b"windowed");
+
+        // Revoke the type 2 window: its rkey no longer works.
+        p.b.post_send_one(SendWr::local_inv(12, rkey2)).unwrap();
+        let wc = p.cq_b.wait_one(T).unwrap().ok().unwrap();
+        assert_eq!(wc.opcode, WcOpcode::LocalInv);
+        p.a.post_send_one(SendWr::write(3, &src, mr.addr() + 2048, rkey2))
+            .unwrap();
+        let wc = p.cq_a.wait_one(T).unwrap();
+        assert_eq!(wc.status, WcStatus::RemAccessErr);
+        p.mr_b = mr; // dropped with the pair, after the windows
+    });
+}
