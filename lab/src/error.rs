@@ -201,6 +201,25 @@ pub enum Error {
     /// `ibv_bind_mw(3)` failed.
     #[error("ibv_bind_mw failed: {errno}{hint}")]
     BindMw { errno: Errno, hint: Hint },
+    /// `ibv_create_srq(3)` failed.
+    #[error("ibv_create_srq failed: {errno}{hint}")]
+    CreateSrq { errno: Errno, hint: Hint },
+    /// `ibv_modify_srq(3)` failed.
+    #[error("ibv_modify_srq failed: {errno}")]
+    ModifySrq { errno: Errno },
+    /// `ibv_query_srq(3)` failed.
+    #[error("ibv_query_srq failed: {errno}")]
+    QuerySrq { errno: Errno },
+    /// `ibv_destroy_srq(3)` failed (EBUSY: a QP still uses it).
+    #[error("ibv_destroy_srq failed: {errno}{hint}")]
+    DestroySrq { errno: Errno, hint: Hint },
+    /// `ibv_post_srq_recv(3)` refused work request number `index` of the chain (0-based).
+    #[error("ibv_post_srq_recv failed at work request #{index}: {errno}{hint}")]
+    PostSrqRecv {
+        errno: Errno,
+        index: usize,
+        hint: Hint,
+    },
     /// `ibv_create_comp_channel(3)` failed.
     #[error("ibv_create_comp_channel failed: {errno}")]
     CreateCompChannel { errno: Errno },
@@ -317,6 +336,11 @@ impl Error {
             | DeallocPd { errno, .. }
             | RegMr { errno, .. }
             | DeregMr { errno }
+            | CreateSrq { errno, .. }
+            | ModifySrq { errno }
+            | QuerySrq { errno }
+            | DestroySrq { errno, .. }
+            | PostSrqRecv { errno, .. }
             | AllocMw { errno, .. }
             | DeallocMw { errno }
             | BindMw { errno, .. }
@@ -347,6 +371,9 @@ impl Error {
             | NoRoceV2Gid { hint, .. }
             | DeallocPd { hint, .. }
             | RegMr { hint, .. }
+            | CreateSrq { hint, .. }
+            | DestroySrq { hint, .. }
+            | PostSrqRecv { hint, .. }
             | AllocMw { hint, .. }
             | BindMw { hint, .. }
             | DestroyCompChannel { hint, .. }

@@ -39,6 +39,7 @@
 //! | `clock` | (`getrusage(2)`) | [`CpuTime`], [`cpu_time`]: what a way of waiting costs in CPU |
 //! | `cq` | `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompletionChannel`], [`CompletionQueue`], [`CqEvent`], [`WorkCompletion`], [`WcStatus`], [`WcOpcode`] |
 //! | `qp` | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_send`, `ibv_post_recv` | [`QueuePair`], [`QpAttr`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`], [`transition`] |
+//! | `srq` | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`SharedReceiveQueue`] |
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
 //! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
@@ -84,6 +85,7 @@ pub mod pd;
 pub mod pool;
 pub mod qp;
 pub mod show;
+pub mod srq;
 pub mod wr;
 
 pub use clock::{CpuTime, cpu_time};
@@ -104,4 +106,5 @@ pub use qp::{
     AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpTypeState,
     QueuePair, RtrAttr, RtsAttr, TransitionError, check_transition, state, transition,
 };
+pub use srq::{SharedReceiveQueue, SrqAttr};
 pub use wr::{InlineSge, RecvWr, SendFlags, SendWr, Sge, WrOpcode};

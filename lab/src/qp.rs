@@ -33,6 +33,7 @@ use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
 use crate::flags::flag_set;
 use crate::mr::AccessFlags;
 use crate::pd::{PdInner, ProtectionDomain};
+use crate::srq::{SharedReceiveQueue, SrqInner};
 use crate::wr::{RecvWr, SendFlags, SendWr, WrOpcode};
 
 /// Default `timeout` (4.096 us * 2^14 = 67 ms per try).
@@ -508,6 +509,8 @@ pub struct QpInitAttr<'a> {
     pub cap: QpCap,
     /// Signal every send WR regardless of its flags (`sq_sig_all`).
     pub sq_sig_all: bool,
+    /// Take receives from this shared receive queue instead of an own receive queue.
+    pub srq: Option<&'a SharedReceiveQueue>,
 }
 
 impl<'a> QpInitAttr<'a> {
@@ -518,7 +521,13 @@ impl<'a> QpInitAttr<'a> {
             recv_cq,
             cap: QpCap::default(),
             sq_sig_all: false,
+            srq: None,
         }
+    }
+    /// Attach to a shared receive queue (`qp_init_attr.srq`).
+    pub fn srq(mut self, srq: &'a SharedReceiveQueue) -> Self {
+        self.srq = Some(srq);
+        self
     }
     pub fn max_send_wr(mut self, n: u32) -> Self {
         self.cap.max_send_wr = n;
@@ -592,6 +601,7 @@ struct QpInner {
     _pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _srq: Option<Arc<SrqInner>>,
 }
 
 // SAFETY: verbs objects may be used from any thread (libibverbs is thread-safe).
@@ -689,7 +699,9 @@ impl ProtectionDomain {
             qp_context: std::ptr::null_mut(),
             send_cq: init.send_cq.inner.cq.as_ptr(),
             recv_cq: init.recv_cq.inner.cq.as_ptr(),
-            srq: std::ptr::null_mut(),
+            srq: init
+                .srq
+                .map_or(std::ptr::null_mut(), |s| s.inner.srq.as_ptr()),
             cap: ibv_qp_cap {
                 max_send_wr: init.cap.max_send_wr,
                 max_recv_wr: init.cap.max_recv_wr,
@@ -730,6 +742,7 @@ impl ProtectionDomain {
                 _pd: self.inner.clone(),
                 _send_cq: init.send_cq.inner.clone(),
                 _recv_cq: init.recv_cq.inner.clone(),
+                _srq: init.srq.map(|s| s.inner.clone()),
             },
             _state: PhantomData,
         })

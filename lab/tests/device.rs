@@ -892,3 +892,70 @@ fn memory_windows_type1_and_type2() {
         p.mr_b = mr; // dropped with the pair, after the windows
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// shared receive queue
+
+#[test]
+fn shared_receive_queue_and_limit_event() {
+    in_lab(
+        Topology::Loopback,
+        "shared_receive_queue_and_limit_event",
+        || {
+            let ctx = open();
+            let gid = ctx.roce_v2_ipv4_gid(1).unwrap().gid;
+            let pd = ctx.alloc_pd().unwrap();
+            let cq_a = ctx.create_cq(16, None).unwrap();
+            let cq_b = ctx.create_cq(16, None).unwrap();
+            let srq = pd.create_srq(16, 1).unwrap();
+            let a = pd.create_qp(&QpInitAttr::rc(&cq_a, &cq_a)).unwrap();
+            let b = pd
+                .create_qp(&QpInitAttr::rc(&cq_b, &cq_b).srq(&srq))
+                .unwrap();
+            let (qa, qb) = (a.qp_num(), b.qp_num());
+            let a = a
+                .bring_up(
+                    &InitAttr::default(),
+                    &RtrAttr::new(qb, 2, gid),
+                    &RtsAttr::new(1),
+                )
+                .unwrap();
+            let b = b
+                .bring_up(
+                    &InitAttr::default(),
+                    &RtrAttr::new(qa, 1, gid),
+                    &RtsAttr::new(2),
+                )
+                .unwrap();
+            let mut mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+            mr.as_mut_slice()[..3].copy_from_slice(b"srq");
+            let slots: Vec<[Sge; 1]> = (0..3)
+                .map(|i| [mr.sge(1024 + i * 64..1088 + i * 64)])
+                .collect();
+            let mut recvs: Vec<RecvWr> = slots
+                .iter()
+                .enumerate()
+                .map(|(i, s)| RecvWr::new(100 + i as u64, s))
+                .collect();
+            srq.post_recv(&mut recvs).unwrap();
+            srq.arm_limit(2).unwrap();
+            assert_eq!(srq.query().unwrap().srq_limit, 2);
+            let src = [mr.sge(0..3)];
+            for i in 0..2 {
+                a.post_send_one(SendWr::send(i, &src)).unwrap();
+                cq_a.wait_one(T).unwrap().ok().unwrap();
+                let wc = cq_b.wait_one(T).unwrap().ok().unwrap();
+                assert_eq!((wc.wr_id, wc.byte_len, wc.qp_num), (100 + i, 3, b.qp_num()));
+            }
+            let ev = ctx
+                .get_async_event(Duration::from_secs(2))
+                .unwrap()
+                .expect("IBV_EVENT_SRQ_LIMIT_REACHED");
+            assert_eq!(ev.kind, AsyncEventType::SrqLimitReached);
+            assert!(srq.is_async_element(&ev.element));
+            // The SRQ is in use by B: destroying it now is refused by the kernel.
+            let e = srq.destroy().unwrap_err();
+            assert_eq!(e.errno(), Some(Errno(libc::EBUSY)));
+        },
+    );
+}
