@@ -946,13 +946,18 @@ impl<S: QpTypeState> QueuePair<S> {
     /// the mask, the errno and what the transition table says is wrong. The typed handle is
     /// not changed: use [`QueuePair::assume_state`] if you moved the QP yourself.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
-        // SAFETY: the QP is alive; `state` is a plain field libibverbs keeps up to date.
-        let from = QpState::from_raw(unsafe { (*self.inner.qp.as_ptr()).state });
         let mut a = attr.clone();
         // SAFETY: the QP is alive and `a.attr` is a valid attribute struct.
         let ret =
             unsafe { ibv_modify_qp(self.inner.qp.as_ptr(), &mut a.attr, a.mask.bits() as i32) };
         rc(ret, |errno| {
+            // The state the QP is really in (the modify failed, so it did not change). Not
+            // `qp->state`: libibverbs only updates that on a successful modify, so it misses
+            // the device moving the QP to ERR on its own.
+            let from = self.state().unwrap_or_else(|_| {
+                // SAFETY: the QP is alive; `state` is a plain field.
+                QpState::from_raw(unsafe { (*self.inner.qp.as_ptr()).state })
+            });
             let to = attr.target_state().unwrap_or(from);
             Error::ModifyQp {
                 from,
