@@ -1,0 +1,69 @@
+//! End-to-end test of chapter 02 on a real rxe device (the loopback lab), through the harness;
+//! the transcript, redacted by the harness's one table, is compared with
+//! `tests/snapshots/e2e__chapter.snap`.
+//!
+//! - `chapter`: the chapter as `cargo lab run 02` runs it, plus explicit asserts on the facts it
+//!   teaches (the exact statuses, the errno, which QP went to ERR).
+//! - `bad_command_line`: runs the binary on the host; no device needed.
+
+use std::process::Command;
+
+use harness::testing::run_chapter;
+use rstest::rstest;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch02-protection-domain");
+
+#[test]
+fn chapter() {
+    let t = run_chapter("ch02-protection-domain", EXE, &[]);
+    insta::assert_snapshot!("chapter", t.redacted());
+    t.assert_success();
+    let out = &t.sections[0].stdout;
+    for fact in [
+        // step 5: the control experiment works.
+        "receiver: wr_id=1 IBV_WC_SUCCESS (0)",
+        "the receiver got 15 bytes: \"hello from PD A\"",
+        // step 6: an lkey of another PD (case 16a of the observed reference).
+        "sender: wr_id=4 IBV_WC_LOC_QP_OP_ERR (2) \"local QP operation error\"",
+        "sender QP is now IBV_QPS_ERR",
+        "receiver QP is still IBV_QPS_RTS",
+        // step 7: an rkey of another PD (case 16b).
+        "IBV_WC_REM_ACCESS_ERR (10)",
+        "MR b is untouched (still all zeros): yes",
+        "requester QP: IBV_QPS_ERR, responder QP: IBV_QPS_ERR",
+        // step 8: a PD with children (case 18).
+        "ibv_dealloc_pd failed: EBUSY (16)",
+        // step 9: the order that works.
+        "ibv_dealloc_pd(PD A): ok",
+        "ibv_close_device: ok",
+    ] {
+        assert!(out.contains(fact), "missing {fact:?} in\n{t}");
+    }
+    // Teardown failures in Drop would be reported on stderr.
+    assert!(t.sections[0].stderr.is_empty(), "{t}");
+}
+
+#[rstest]
+#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
+#[case::positional(&["rxe0"], "unexpected argument \"rxe0\"")]
+fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run the chapter");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+    assert!(stderr.contains("usage: ch02-protection-domain"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn help_prints_usage() {
+    let out = Command::new(EXE)
+        .arg("-h")
+        .output()
+        .expect("run the chapter");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch02-protection-domain"));
+}
