@@ -1160,6 +1160,16 @@ fn rss_mb(pid: u32) -> f64 {
         / 1024.0
 }
 
+/// CPU seconds (user + system) a process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after the command: state=0 ... utime=11 stime=12 (clock ticks, 100 per second).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn bench(runs: usize, t: TopoArg) -> Result<i32> {
     let t = match t {
         TopoArg::One(t) => t,
@@ -1176,11 +1186,13 @@ fn bench(runs: usize, t: TopoArg) -> Result<i32> {
     );
     let mut boots = vec![];
     let mut execs = vec![];
+    let mut cpus = vec![];
     for i in 0..runs {
         let t0 = Instant::now();
         let lab = Lab::boot(t, &opts)?;
         let out = lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
         let boot = t0.elapsed().as_secs_f64();
+        let cpu: f64 = lab.vm_pids().iter().map(|p| cpu_secs(*p)).sum();
         if out.status != ExitStatus::Code(0) {
             bail!("`true` failed in the lab: {:?}", out.status);
         }
@@ -1197,16 +1209,18 @@ fn bench(runs: usize, t: TopoArg) -> Result<i32> {
             .map(|p| format!("{:.0}", rss_mb(*p)))
             .collect();
         println!(
-            "run {}: boot to first command {boot:.2} s, exec `true` median {exec_ms:.0} ms, qemu RSS MiB {}",
+            "run {}: boot to first command {boot:.2} s (qemu CPU {cpu:.1} s), exec `true` median {exec_ms:.0} ms, qemu RSS MiB {}",
             i + 1,
             rss.join("+")
         );
+        cpus.push(cpu);
         boots.push(boot);
         execs.push(exec_ms);
     }
     println!(
-        "median over {runs}: boot to first command {:.2} s, exec {:.0} ms",
+        "median over {runs}: boot to first command {:.2} s (qemu CPU {:.1} s), exec {:.0} ms",
         median(&mut boots),
+        median(&mut cpus),
         median(&mut execs)
     );
     Ok(0)

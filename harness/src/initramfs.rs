@@ -17,7 +17,7 @@ $bb mount -t sysfs sys /sys
 $bb mount -t devtmpfs dev /dev
 fail() { echo "lab-init: $*"; $bb poweroff -f; }
 for m in $($bb cat /mods/order); do $bb insmod /mods/$m || echo "lab-init: insmod $m failed"; done
-$bb mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /host || fail "mounting the host's root over 9p failed"
+$bb mount -t 9p -o trans=virtio,version=9p2000.L,ro,${LAB_9P:-msize=262144} hostroot /host || fail "mounting the host's root over 9p failed"
 $bb mount -t tmpfs -o mode=0755 tmpfs /rw || fail "tmpfs"
 $bb mkdir -p /rw/up /rw/work
 $bb mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/up,workdir=/rw/work /newroot || fail "overlay mount failed"
@@ -141,7 +141,7 @@ pub fn entries(
     });
     let mut names = String::new();
     for rel in &order {
-        let data = kernel::read_module(&kernel.modules.join(rel))?;
+        let data = kernel::strip_signature(kernel::read_module(&kernel.modules.join(rel))?);
         let name = kernel::plain_name(rel);
         names.push_str(&name);
         names.push('\n');
@@ -228,6 +228,7 @@ pub fn cached(kernel: &Kernel, wanted: &[&str], agent: &[u8]) -> Result<PathBuf>
         kernel.version.as_bytes(),
         sizes.as_bytes(),
         INIT.as_bytes(),
+        b"strip-signatures",
         agent,
         &busybox,
     ]);

@@ -252,6 +252,25 @@ pub fn decompress_module(name: &str, raw: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Drops a module's appended signature (`~Module signature appended~`): the lab kernel does
+/// not force signatures, and checking one RSA signature per module is slow under TCG.
+/// Returns the module unchanged when it carries none.
+pub fn strip_signature(mut m: Vec<u8>) -> Vec<u8> {
+    const MARKER: &[u8] = b"~Module signature appended~\n";
+    // Layout: module | signature (sig_len) | struct module_signature (12 bytes) | MARKER.
+    if m.len() < MARKER.len() + 12 || !m.ends_with(MARKER) {
+        return m;
+    }
+    let info = m.len() - MARKER.len() - 12;
+    let sig_len =
+        u32::from_be_bytes([m[info + 8], m[info + 9], m[info + 10], m[info + 11]]) as usize;
+    if sig_len > info {
+        return m;
+    }
+    m.truncate(info - sig_len);
+    m
+}
+
 /// The file name a module gets in the initramfs (compression suffix dropped).
 pub fn plain_name(rel: &str) -> String {
     let base = rel.rsplit('/').next().unwrap_or(rel);

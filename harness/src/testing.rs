@@ -3,7 +3,9 @@
 //!
 //! ```no_run
 //! use harness::testing::run_chapter;
-//! let t = run_chapter("ch06-pingpong", env!("CARGO_BIN_EXE_ch06-pingpong"), &["-n", "10"]);
+//! // In chapters/06-pingpong/tests/: `env!("CARGO_BIN_EXE_ch06-pingpong")` names the binary.
+//! let exe = "target/debug/ch06-pingpong";
+//! let t = run_chapter("ch06-pingpong", exe, &["-n", "10"]);
 //! t.assert_success();
 //! // insta::assert_snapshot!(t.redacted());
 //! ```

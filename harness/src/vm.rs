@@ -435,16 +435,20 @@ fn start_one(
     .args(["-append", &append])
     .arg("-serial")
     .arg(format!("file:{}", console.display()))
+    // The 9p share and the agent's port are two functions of one PCI slot: they share one
+    // interrupt link, which the guest's ACPI code (slow under TCG) then enables only once.
     .args([
-        "-virtfs",
-        "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        "-fsdev",
+        "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+        "-device",
+        "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,addr=0x3.0,multifunction=on",
     ])
     .arg("-chardev")
     .arg(format!(
         "socket,id=agent,path={},server=on,wait=off",
         agent_sock.display()
     ))
-    .args(["-device", "virtio-serial-pci,id=vser"])
+    .args(["-device", "virtio-serial-pci,id=vser,addr=0x3.1"])
     .args(["-device", "virtserialport,chardev=agent,name=lab.agent"]);
     if let Some(w) = &wire {
         cmd.arg("-netdev").arg(format!(

@@ -291,3 +291,29 @@ fn fnv_is_stable() {
     assert_eq!(initramfs::fnv64(&[b""]), initramfs::fnv64(&[b""]));
     assert_ne!(initramfs::fnv64(&[b"a", b"b"]), initramfs::fnv64(&[b"ab"]));
 }
+
+#[test]
+fn module_signatures_are_stripped() {
+    let body = elf_like(1000);
+    let mut signed = body.clone();
+    let sig = vec![0xaa; 300];
+    signed.extend(&sig);
+    signed.extend([0, 0, 2, 0, 0, 0, 0, 0]);
+    signed.extend((sig.len() as u32).to_be_bytes());
+    signed.extend(b"~Module signature appended~\n");
+    assert_eq!(kernel::strip_signature(signed), body);
+    assert_eq!(kernel::strip_signature(body.clone()), body);
+    // A real one, if this host has it.
+    let real = std::path::Path::new("/lib/modules")
+        .read_dir()
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|e| e.path().join("kernel/drivers/net/veth.ko"));
+    if let Some(p) = real.filter(|p| p.is_file()) {
+        let raw = std::fs::read(&p).unwrap();
+        let stripped = kernel::strip_signature(raw.clone());
+        assert!(stripped.len() <= raw.len());
+        assert_eq!(&stripped[..4], b"\x7fELF");
+    }
+}
