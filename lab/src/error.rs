@@ -220,6 +220,12 @@ pub enum Error {
         index: usize,
         hint: Hint,
     },
+    /// `ibv_create_ah(3)` failed.
+    #[error("ibv_create_ah failed: {errno}{hint}")]
+    CreateAh { errno: Errno, hint: Hint },
+    /// `ibv_destroy_ah(3)` failed.
+    #[error("ibv_destroy_ah failed: {errno}")]
+    DestroyAh { errno: Errno },
     /// `ibv_create_comp_channel(3)` failed.
     #[error("ibv_create_comp_channel failed: {errno}")]
     CreateCompChannel { errno: Errno },
@@ -336,6 +342,8 @@ impl Error {
             | DeallocPd { errno, .. }
             | RegMr { errno, .. }
             | DeregMr { errno }
+            | CreateAh { errno, .. }
+            | DestroyAh { errno }
             | CreateSrq { errno, .. }
             | ModifySrq { errno }
             | QuerySrq { errno }
@@ -371,6 +379,7 @@ impl Error {
             | NoRoceV2Gid { hint, .. }
             | DeallocPd { hint, .. }
             | RegMr { hint, .. }
+            | CreateAh { hint, .. }
             | CreateSrq { hint, .. }
             | DestroySrq { hint, .. }
             | PostSrqRecv { hint, .. }

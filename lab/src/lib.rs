@@ -40,6 +40,7 @@
 //! | `cq` | `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompletionChannel`], [`CompletionQueue`], [`CqEvent`], [`WorkCompletion`], [`WcStatus`], [`WcOpcode`] |
 //! | `qp` | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_send`, `ibv_post_recv` | [`QueuePair`], [`QpAttr`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`], [`transition`] |
 //! | `srq` | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`SharedReceiveQueue`] |
+//! | `ah` | `ibv_create_ah`, `ibv_destroy_ah` (UD) | [`AddressHandle`] |
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
 //! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
@@ -73,6 +74,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod ah;
 pub mod clock;
 pub mod cq;
 pub mod device;
@@ -88,6 +90,7 @@ pub mod show;
 pub mod srq;
 pub mod wr;
 
+pub use ah::{AddressHandle, UD_GRH_BYTES};
 pub use clock::{CpuTime, cpu_time};
 pub use cq::{
     CompletionChannel, CompletionQueue, CqEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -103,8 +106,9 @@ pub use mw::{MemoryWindow, MwType, inc_rkey};
 pub use pd::ProtectionDomain;
 pub use pool::{AsyncPool, PoolOp, RemoteBlock, RemotePool, Ticket, join_all};
 pub use qp::{
-    AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpTypeState,
-    QueuePair, RtrAttr, RtsAttr, TransitionError, check_transition, state, transition,
+    AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpType,
+    QpTypeState, QueuePair, RtrAttr, RtsAttr, TransitionError, check_transition,
+    check_transition_for, state, transition, transition_for,
 };
 pub use srq::{SharedReceiveQueue, SrqAttr};
 pub use wr::{InlineSge, RecvWr, SendFlags, SendWr, Sge, WrOpcode};

@@ -208,6 +208,54 @@ pub fn transition(from: QpState, to: QpState) -> Option<Transition> {
     })
 }
 
+/// The QP transport types `lab` creates (`enum ibv_qp_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// `IBV_QPT_RC`: reliable connected, one peer, every operation.
+    Rc,
+    /// `IBV_QPT_UD`: unreliable datagram, any peer per message (via an address handle),
+    /// SEND/RECV only, one MTU per message, 40-byte GRH in front of received data.
+    Ud,
+}
+
+impl QpType {
+    fn raw(self) -> u32 {
+        match self {
+            QpType::Rc => ibv_qp_type::IBV_QPT_RC,
+            QpType::Ud => ibv_qp_type::IBV_QPT_UD,
+        }
+    }
+}
+
+/// The legal transitions of a QP of type `qp_type` with their attribute masks: RC as in
+/// [`transition`]; UD needs a Q_Key at INIT and only a PSN at RTS (no peer, no access flags,
+/// no retries).
+pub fn transition_for(qp_type: QpType, from: QpState, to: QpState) -> Option<Transition> {
+    if qp_type == QpType::Rc {
+        return transition(from, to);
+    }
+    use QpAttrMask as M;
+    use QpState::*;
+    let none = M::empty();
+    let (required, optional) = match (from, to) {
+        (f, Reset) | (f, Err) if !matches!(f, Unknown(_)) => (none, none),
+        (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::QKEY, none),
+        (Init, Init) => (none, M::PKEY_INDEX | M::PORT | M::QKEY),
+        (Init, Rtr) => (none, M::PKEY_INDEX | M::QKEY),
+        (Rtr, Rts) => (M::SQ_PSN, M::CUR_STATE | M::QKEY),
+        (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (none, M::CUR_STATE | M::QKEY),
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (none, M::PKEY_INDEX | M::QKEY),
+        _ => return None,
+    };
+    Some(Transition {
+        from,
+        to,
+        required,
+        optional,
+    })
+}
+
 /// What is wrong with a mask for a transition, per [`transition`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MaskProblem {
@@ -276,12 +324,22 @@ pub fn check_transition(
     to: QpState,
     mask: QpAttrMask,
 ) -> std::result::Result<Transition, MaskProblem> {
+    check_transition_for(QpType::Rc, from, to, mask)
+}
+
+/// [`check_transition`] for a QP of type `qp_type` ([`transition_for`]).
+pub fn check_transition_for(
+    qp_type: QpType,
+    from: QpState,
+    to: QpState,
+    mask: QpAttrMask,
+) -> std::result::Result<Transition, MaskProblem> {
     let to = if mask.contains(QpAttrMask::STATE) {
         to
     } else {
         from
     };
-    let t = transition(from, to).ok_or(MaskProblem::Illegal { from, to })?;
+    let t = transition_for(qp_type, from, to).ok_or(MaskProblem::Illegal { from, to })?;
     let attrs = mask - QpAttrMask::STATE;
     let missing = t.required - attrs;
     let not_allowed = attrs - t.required - t.optional;
@@ -511,6 +569,8 @@ pub struct QpInitAttr<'a> {
     pub sq_sig_all: bool,
     /// Take receives from this shared receive queue instead of an own receive queue.
     pub srq: Option<&'a SharedReceiveQueue>,
+    /// RC (default) or UD.
+    pub qp_type: QpType,
 }
 
 impl<'a> QpInitAttr<'a> {
@@ -522,6 +582,14 @@ impl<'a> QpInitAttr<'a> {
             cap: QpCap::default(),
             sq_sig_all: false,
             srq: None,
+            qp_type: QpType::Rc,
+        }
+    }
+    /// A UD QP (`IBV_QPT_UD`) with default capacities.
+    pub fn ud(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> Self {
+        QpInitAttr {
+            qp_type: QpType::Ud,
+            ..QpInitAttr::rc(send_cq, recv_cq)
         }
     }
     /// Attach to a shared receive queue (`qp_init_attr.srq`).
@@ -596,6 +664,7 @@ struct QpInner {
     cap: QpCap,
     /// The port set at INIT (used as the default for RTR).
     port: u8,
+    qp_type: QpType,
     destroyed: bool,
     // Parents, kept alive until after ibv_destroy_qp (fields drop after Drop::drop).
     _pd: Arc<PdInner>,
@@ -709,7 +778,7 @@ impl ProtectionDomain {
                 max_recv_sge: init.cap.max_recv_sge,
                 max_inline_data: init.cap.max_inline_data,
             },
-            qp_type: ibv_qp_type::IBV_QPT_RC,
+            qp_type: init.qp_type.raw(),
             sq_sig_all: init.sq_sig_all as i32,
         };
         // SAFETY: the PD and both CQs are alive; `ia` is a valid in/out pointer.
@@ -738,6 +807,7 @@ impl ProtectionDomain {
                     max_inline_data: c.max_inline_data,
                 },
                 port: 1,
+                qp_type: init.qp_type,
                 destroyed: false,
                 _pd: self.inner.clone(),
                 _send_cq: init.send_cq.inner.clone(),
@@ -926,6 +996,11 @@ impl<S: QpTypeState> QueuePair<S> {
         unsafe { (*self.inner.qp.as_ptr()).qp_num }
     }
 
+    /// RC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
     /// The capacities granted at creation.
     pub fn cap(&self) -> QpCap {
         self.inner.cap
@@ -974,7 +1049,7 @@ impl<S: QpTypeState> QueuePair<S> {
             return Hint::none();
         }
         let mut notes: Vec<String> = Vec::new();
-        if let Err(p) = check_transition(from, to, attr.mask) {
+        if let Err(p) = check_transition_for(self.inner.qp_type, from, to, attr.mask) {
             notes.push(p.to_string());
         }
         let m = attr.mask;
@@ -1351,6 +1426,52 @@ impl QueuePair<state::Reset> {
     }
 }
 
+impl QueuePair<state::Reset> {
+    /// UD: RESET -> INIT (`ibv_modify_qp(3)` with `IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+    /// IBV_QP_PORT | IBV_QP_QKEY`). Senders must address this QP with the same `qkey`.
+    pub fn to_init_ud(
+        mut self,
+        port: u8,
+        qkey: u32,
+    ) -> std::result::Result<QueuePair<state::Init>, TransitionError<state::Reset>> {
+        self.inner.port = port;
+        self.transition_to(
+            QpAttr::new()
+                .state(QpState::Init)
+                .pkey_index(0)
+                .port_num(port)
+                .qkey(qkey),
+        )
+    }
+
+    /// UD: RESET -> INIT -> RTR -> RTS in one call.
+    pub fn bring_up_ud(self, port: u8, qkey: u32, sq_psn: u32) -> Result<QueuePair<state::Rts>> {
+        Ok(self
+            .to_init_ud(port, qkey)?
+            .to_rtr_ud()?
+            .to_rts_ud(sq_psn)?)
+    }
+}
+
+impl QueuePair<state::Init> {
+    /// UD: INIT -> RTR (`IBV_QP_STATE` only: a UD QP has no peer).
+    pub fn to_rtr_ud(
+        self,
+    ) -> std::result::Result<QueuePair<state::Rtr>, TransitionError<state::Init>> {
+        self.transition_to(QpAttr::new().state(QpState::Rtr))
+    }
+}
+
+impl QueuePair<state::Rtr> {
+    /// UD: RTR -> RTS (`IBV_QP_STATE | IBV_QP_SQ_PSN`).
+    pub fn to_rts_ud(
+        self,
+        sq_psn: u32,
+    ) -> std::result::Result<QueuePair<state::Rts>, TransitionError<state::Rtr>> {
+        self.transition_to(QpAttr::new().state(QpState::Rts).sq_psn(sq_psn))
+    }
+}
+
 impl QueuePair<state::Init> {
     /// INIT -> RTR (`ibv_modify_qp(3)` with `IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
     /// IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER`).
@@ -1497,6 +1618,28 @@ mod tests {
             assert!(transition(s, QpState::Reset).is_some());
             assert!(transition(s, QpState::Err).is_some());
         }
+    }
+
+    #[test]
+    fn ud_table_differs() {
+        let t = transition_for(QpType::Ud, QpState::Reset, QpState::Init).unwrap();
+        assert_eq!(t.required, M::PKEY_INDEX | M::PORT | M::QKEY);
+        let t = transition_for(QpType::Ud, QpState::Rtr, QpState::Rts).unwrap();
+        assert_eq!(t.required, M::SQ_PSN);
+        let p = check_transition_for(
+            QpType::Ud,
+            QpState::Reset,
+            QpState::Init,
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+        )
+        .unwrap_err();
+        assert_eq!(
+            p,
+            MaskProblem::Mask {
+                missing: M::QKEY,
+                not_allowed: M::ACCESS_FLAGS
+            }
+        );
     }
 
     #[test]

@@ -231,6 +231,25 @@ impl<'a> SendWr<'a> {
         )
     }
 
+    /// A UD `IBV_WR_SEND` to the QP `remote_qpn` (with Q_Key `remote_qkey`) at the address
+    /// `ah`. At most one path MTU of data; the receiver's buffer needs
+    /// [`crate::ah::UD_GRH_BYTES`] more.
+    pub fn send_ud(
+        wr_id: u64,
+        sges: &'a [Sge],
+        ah: &'a crate::ah::AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> SendWr<'a> {
+        let mut w = Self::base(wr_id, WrOpcode::Send, sges.as_ptr() as _, sges.len());
+        w.wr.wr.ud = ud_t {
+            ah: ah.ah.as_ptr(),
+            remote_qpn,
+            remote_qkey,
+        };
+        w
+    }
+
     /// `IBV_WR_SEND_WITH_IMM`: a SEND that also delivers a 32-bit immediate value (host order
     /// here; `lab` converts to the wire's network order).
     pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> SendWr<'a> {

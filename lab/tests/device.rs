@@ -959,3 +959,54 @@ fn shared_receive_queue_and_limit_event() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// unreliable datagram
+
+#[test]
+fn ud_send_recv_with_address_handle() {
+    in_lab(
+        Topology::Loopback,
+        "ud_send_recv_with_address_handle",
+        || {
+            const QKEY: u32 = 0x1111_1111;
+            let ctx = open();
+            let gid = ctx.roce_v2_ipv4_gid(1).unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq_a = ctx.create_cq(16, None).unwrap();
+            let cq_b = ctx.create_cq(16, None).unwrap();
+            let a = pd.create_qp(&QpInitAttr::ud(&cq_a, &cq_a)).unwrap();
+            let b = pd.create_qp(&QpInitAttr::ud(&cq_b, &cq_b)).unwrap();
+            assert_eq!(a.qp_type(), QpType::Ud);
+            let (qa, qb) = (a.qp_num(), b.qp_num());
+            let a = a.bring_up_ud(1, QKEY, 1).unwrap();
+            let b = b.bring_up_ud(1, QKEY, 2).unwrap();
+            let mut mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+            mr.as_mut_slice()[..8].copy_from_slice(b"datagram");
+            let dst = [mr.sge(1024..1024 + UD_GRH_BYTES + 64)];
+            b.post_recv_one(RecvWr::new(5, &dst)).unwrap();
+            let ah = pd
+                .create_ah(&AddressVector::roce(gid.gid, gid.index as u8, 1))
+                .unwrap();
+            let src = [mr.sge(0..8)];
+            a.post_send_one(SendWr::send_ud(1, &src, &ah, qb, QKEY))
+                .unwrap();
+            cq_a.wait_one(T).unwrap().ok().unwrap();
+            let wc = cq_b.wait_one(T).unwrap().ok().unwrap();
+            assert_eq!(wc.byte_len as usize, UD_GRH_BYTES + 8);
+            assert_eq!(wc.src_qp, qa);
+            assert!(wc.flags.contains(WcFlags::GRH));
+            let at = 1024 + UD_GRH_BYTES;
+            assert_eq!(&mr.as_slice()[at..at + 8], b"datagram");
+            // A wrong Q_Key is dropped silently by the receiver: no completion at B.
+            b.post_recv_one(RecvWr::new(6, &dst)).unwrap();
+            a.post_send_one(SendWr::send_ud(2, &src, &ah, qb, QKEY + 1))
+                .unwrap();
+            cq_a.wait_one(T).unwrap().ok().unwrap(); // UD: the sender completes regardless
+            assert!(matches!(
+                cq_b.wait_one(Duration::from_millis(200)),
+                Err(Error::CompletionTimeout { .. })
+            ));
+        },
+    );
+}
