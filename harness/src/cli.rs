@@ -192,6 +192,19 @@ fn root() -> Result<PathBuf> {
     workspace_root().context("run `cargo lab` from inside the rxe-lab workspace")
 }
 
+/// Set by Ctrl-C (SIGINT) or SIGTERM once a command asked for it: from then on the command
+/// polls it, tears down what it started and exits 130.
+fn interrupted() -> &'static AtomicBool {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let f = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register(sig, f.clone());
+        }
+        f
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Labs: up, status, down, and the daemon.
 
@@ -283,7 +296,17 @@ fn wait_daemon(
     if verbose {
         eprintln!("booting the {} lab ...", t.name());
     }
+    let stop = interrupted();
     loop {
+        if stop.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
+            if let Some(home) = dir.parent() {
+                let _ = std::fs::remove_dir(home);
+            }
+            bail!("interrupted: the {} lab was torn down", t.name());
+        }
         if dir.join("ready").exists() {
             let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
             if verbose {
@@ -472,12 +495,21 @@ fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
         cwd: cwd(),
         timeout: None,
     };
-    conn.spawn(&cmd, move |e| {
-        let _ = tx.send(e);
-    })
-    .map_err(|e| anyhow::anyhow!(e))?;
+    let id = conn
+        .spawn(&cmd, move |e| {
+            let _ = tx.send(e);
+        })
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let stop = interrupted();
+    let mut killed = false;
     loop {
-        match rx.recv() {
+        if stop.load(Ordering::SeqCst) && !killed {
+            // Ctrl-C: the command in the lab goes too.
+            conn.kill(id);
+            killed = true;
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Ok(Event::Stdout(d)) => {
                 let mut o = std::io::stdout().lock();
                 let _ = o.write_all(&d);
@@ -492,10 +524,14 @@ fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
                 if let ExitStatus::SpawnFailed(m) = &s {
                     eprintln!("cargo lab: could not start the command: {m}");
                 }
+                if killed {
+                    stop.store(false, Ordering::SeqCst);
+                    return Ok(130);
+                }
                 return Ok(s.code());
             }
             Ok(Event::Lost(why)) => bail!("lost the lab: {why}\n{}", lab.console_tail(20)),
-            Err(_) => bail!("lost the lab"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost the lab"),
         }
     }
 }
@@ -727,10 +763,8 @@ fn tour() -> Result<i32> {
 
 fn test(args: &[String]) -> Result<i32> {
     let root = root()?;
-    let interrupted = Arc::new(AtomicBool::new(false));
     // Ctrl-C goes to cargo and the tests too; we stay to tear the labs down.
-    signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())?;
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
+    let interrupted = interrupted();
     let report = checks();
     let provider = lab::chosen_provider()?;
     if report.iter().any(|c| c.required && !c.ok) {
