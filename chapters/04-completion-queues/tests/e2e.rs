@@ -1,0 +1,88 @@
+//! End-to-end tests of chapter 04 on a real rxe device (the loopback lab), through the harness:
+//! the transcript is redacted by the harness's one table (QPNs, keys, elapsed and CPU times)
+//! and compared with the snapshots in `tests/snapshots/`.
+//!
+//! - `chapter`: the chapter as `cargo lab run 04` runs it, and with a smaller run and a window
+//!   of 1 (one WRITE in flight): the event rules must hold the same way.
+//! - `bad_command_line`: runs the binary on the host; no device needed.
+
+use std::process::Command;
+
+use harness::testing::run_chapter;
+use rstest::rstest;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch04-completion-queues");
+
+#[rstest]
+#[case::default("default", &[])]
+#[case::window_of_one("window_of_one", &["-n", "100", "-w", "1"])]
+fn chapter(#[case] name: &str, #[case] args: &[&str]) {
+    let t = run_chapter("ch04-completion-queues", EXE, args);
+    insta::assert_snapshot!(name, t.redacted());
+    t.assert_success();
+    let out = &t.sections[0].stdout;
+    let n = if args.is_empty() { "1000" } else { "100" };
+    // The facts the chapter teaches, asserted one by one (the snapshot has the rest).
+    for fact in [
+        // rxe's CQ size rounding.
+        "asked for cqe=128, got 255; receive CQ (B): asked for 16, got 31".to_string(),
+        // Both ways complete everything, in order.
+        format!("{n} completions: all IBV_WC_SUCCESS (0), opcode IBV_WC_RDMA_WRITE (1)"),
+        "the channel stayed silent (300 ms): a CQ raises events only when armed".into(),
+        // One event, many completions; no re-arm, no event.
+        "then ibv_poll_cq drained 8 completions".into(),
+        "no second event (300 ms): the CQ disarmed itself".into(),
+        // The lost wake-up.
+        "armed B's CQ, then waited: no event (300 ms)".into(),
+        "ibv_poll_cq finds it anyway: 1 completion, wr_id 100, IBV_WC_RECV (128), 64 bytes".into(),
+        // Solicited-only.
+        "A sent 2 SENDs without IBV_SEND_SOLICITED: both received, no event (300 ms)".into(),
+        "A sent a 3rd SEND with IBV_SEND_SOLICITED: one event, acked".into(),
+        // Acks before destroy.
+        "unacknowledged events = 1".into(),
+        "1 completion event(s) not acknowledged: ibv_destroy_cq would block forever".into(),
+        "destroyed both channels (ibv_destroy_comp_channel): ok".into(),
+    ] {
+        assert!(out.contains(&fact), "missing {fact:?} in\n{t}");
+    }
+    // CPU times and timings are printed only in the redacted forms.
+    let red = t.redacted();
+    assert!(red.contains("elapsed=[ELAPSED] cpu=[CPU] (user cpu=[CPU] + system cpu=[CPU])"));
+    for (label, placeholder) in [("cpu=", "[CPU]"), ("elapsed=", "[ELAPSED]")] {
+        for (i, _) in red.match_indices(label) {
+            let rest = &red[i + label.len()..];
+            assert!(
+                rest.starts_with(placeholder),
+                "unredacted {label} in\n{red}"
+            );
+        }
+    }
+}
+
+#[rstest]
+#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
+#[case::missing_value(&["-n"], "-n needs a value")]
+#[case::zero_iters(&["-n", "0"], "\"0\" is not a count in 1..=1000000")]
+#[case::iters_not_a_number(&["--iters", "many"], "\"many\" is not a count")]
+#[case::window_too_big(&["-w", "65"], "\"65\" is not a window in 1..=64")]
+fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run the chapter");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+    assert!(stderr.contains("usage: ch04-completion-queues"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn help_prints_usage() {
+    let out = Command::new(EXE)
+        .arg("--help")
+        .output()
+        .expect("run the chapter");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch04-completion-queues"));
+}
