@@ -886,6 +886,11 @@ impl RtrAttr {
         self.sl = sl;
         self
     }
+    /// Send from this GID table entry (e.g. [`Context::roce_v2_ipv4_gid`]'s).
+    pub fn sgid(mut self, entry: &crate::device::GidEntry) -> Self {
+        self.sgid_index = Some(entry.index as u8);
+        self
+    }
     pub fn sgid_index(mut self, i: u8) -> Self {
         self.sgid_index = Some(i);
         self
