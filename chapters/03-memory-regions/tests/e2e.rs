@@ -1,0 +1,66 @@
+//! End-to-end test of chapter 03 on a real rxe device (the loopback lab), through the harness;
+//! the transcript, redacted by the harness's one table, is compared with
+//! `tests/snapshots/e2e__chapter.snap`.
+//!
+//! - `chapter`: the chapter as `cargo lab run 03` runs it, with explicit asserts on the facts it
+//!   teaches: READ through an rkey works, WRITE into a read-only region fails
+//!   (IBV_WC_REM_ACCESS_ERR), REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE is EINVAL, and in
+//!   the unprivileged child under a 64 KiB memlock limit 1 MiB is ENOMEM while 32 KiB fits.
+//! - `bad_command_line`: runs the binary on the host; no device needed.
+
+use std::process::Command;
+
+use harness::testing::run_chapter;
+use rstest::rstest;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch03-memory-regions");
+
+#[test]
+fn chapter() {
+    let t = run_chapter("ch03-memory-regions", EXE, &[]);
+    insta::assert_snapshot!("chapter", t.redacted());
+    t.assert_success();
+    let out = &t.sections[0].stdout;
+    for fact in [
+        "regions without an rkey: send buffer, recv buffer",
+        "IBV_WC_SUCCESS (0), 19 bytes: \"exported, read-only\"",
+        "(REMOTE_READ only): IBV_WC_REM_ACCESS_ERR (10)",
+        "intact: yes",
+        "IBV_ACCESS_REMOTE_WRITE (without IBV_ACCESS_LOCAL_WRITE):\n    refused: EINVAL (22)",
+        "IBV_ACCESS_REMOTE_ATOMIC (without IBV_ACCESS_LOCAL_WRITE):\n    refused: EINVAL (22)",
+        "| child: CAP_IPC_LOCK: no",
+        "| child: setrlimit(RLIMIT_MEMLOCK): soft 64 KiB, hard 64 KiB",
+        "|     refused: ENOMEM (12)",
+        "| child: ibv_reg_mr of 32 KiB: ok",
+        "the child exited 0",
+        "everything: ok",
+    ] {
+        assert!(out.contains(fact), "missing {fact:?} in\n{t}");
+    }
+    assert!(t.sections[0].stderr.is_empty(), "{t}");
+}
+
+#[rstest]
+#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
+#[case::child_flag_with_extra(&["--memlock-child", "x"], "unexpected argument")]
+fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run the chapter");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+    assert!(stderr.contains("usage: ch03-memory-regions"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn help_prints_usage() {
+    let out = Command::new(EXE)
+        .arg("--help")
+        .output()
+        .expect("run the chapter");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch03-memory-regions"));
+}
