@@ -1,0 +1,127 @@
+//! Case 14, `memlock`: registering more memory than `RLIMIT_MEMLOCK` allows.
+//!
+//! `ibv_reg_mr` pins the pages so the NIC can reach them at any time; pinned memory is
+//! counted against the process's `RLIMIT_MEMLOCK` (`ulimit -l`). Root (CAP_IPC_LOCK) is
+//! exempt, which is why "it works as root" is a classic. To see the failure, this case
+//! re-runs itself as a child with a hidden flag, as uid 65534 (nobody), lowers its own
+//! limit to 64 KiB and registers 32 KiB, then 1 MiB; then once more as root.
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lab::*;
+
+use crate::report::Report;
+use crate::rig::{ENOMEM, R};
+
+/// The hidden flag that makes the program act as the child of this case.
+pub const CHILD_FLAG: &str = "--memlock-child";
+/// The limit the child sets for itself.
+const LIMIT: u64 = 64 * 1024;
+const NOBODY: u32 = 65534;
+
+pub fn run(r: &mut Report) -> R<()> {
+    let uid = std::fs::metadata("/proc/self")?.uid();
+    r.step(format!(
+        "this process runs as uid {uid}{}",
+        if uid == 0 { " (root)" } else { "" }
+    ));
+    let (nobody_args, as_root) = if uid == 0 {
+        ("nobody", true)
+    } else {
+        r.say("not root: the child keeps this uid (the limit applies to it all the same)");
+        ("self", false)
+    };
+    r.step(format!(
+        "run this program again as a child, as {} with RLIMIT_MEMLOCK {} KiB",
+        if as_root {
+            "uid 65534 (nobody)"
+        } else {
+            "this user"
+        },
+        LIMIT / 1024
+    ));
+    let code = spawn_child(nobody_args, as_root)?;
+    r.check("the child's exit status", code, 0);
+    if as_root {
+        r.step(format!(
+            "the same child as root, with the same {} KiB limit",
+            LIMIT / 1024
+        ));
+        let code = spawn_child("root", false)?;
+        r.check("the child's exit status", code, 0);
+    }
+    r.fix(
+        "raise the limit for RDMA users: `ulimit -l unlimited` in the shell, `memlock` in \
+         /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd service, \
+         --ulimit memlock=-1 for a container; or register less (reuse one large region)",
+    );
+    r.hardware("the same ENOMEM: pinning is the kernel's (ib_umem_get), not the device's.");
+    Ok(())
+}
+
+/// Runs `<this program> --memlock-child <who>`, as uid/gid 65534 if `drop_to_nobody`, and
+/// returns its exit code (killed after 60 s: every wait has a deadline).
+fn spawn_child(who: &str, drop_to_nobody: bool) -> R<i32> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(CHILD_FLAG).arg(who);
+    if drop_to_nobody {
+        // std calls setgroups(0), setgid, setuid in the child before exec: no unsafe needed.
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    let mut child = cmd.spawn()?;
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.code().unwrap_or(-1));
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the memlock child did not finish within 60 s; killed it".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The child: lower RLIMIT_MEMLOCK, register 32 KiB (fits) and 1 MiB (does not, unless root).
+/// Its lines are indented under the parent's step. Exit status 0 = as recorded.
+pub fn child(who: &str) -> bool {
+    match child_body(who) {
+        Ok(ok) => ok,
+        Err(e) => {
+            println!("  child: unexpected error: {e}");
+            false
+        }
+    }
+}
+
+fn child_body(who: &str) -> R<bool> {
+    let mut r = Report::new();
+    let uid = std::fs::metadata("/proc/self")?.uid();
+    set_memlock_limit(Some(LIMIT), Some(LIMIT))?;
+    let (soft, _) = memlock_limit()?;
+    println!(
+        "  child: uid {uid}, RLIMIT_MEMLOCK {} KiB",
+        soft.unwrap_or(0) / 1024
+    );
+    let ctx = Context::open_default()?;
+    let pd = ctx.alloc_pd()?;
+    let small = pd.reg_mr(32 * 1024, AccessFlags::LOCAL_WRITE);
+    r.check("child: ibv_reg_mr(32 KiB) succeeded", small.is_ok(), true);
+    let big = pd.reg_mr(1024 * 1024, AccessFlags::LOCAL_WRITE);
+    if who == "root" {
+        r.check(
+            "child: ibv_reg_mr(1 MiB) succeeded (CAP_IPC_LOCK ignores the limit)",
+            big.is_ok(),
+            true,
+        );
+    } else {
+        r.errno("child: ibv_reg_mr(1 MiB)", &big, ENOMEM);
+    }
+    drop((small, big));
+    Ok(r.mismatches().is_empty())
+}

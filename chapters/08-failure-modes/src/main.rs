@@ -1,0 +1,344 @@
+//! # Chapter 08: failure modes, reproduced on purpose
+//!
+//! People learn RDMA from its failures. Each *case* of this chapter makes one classic mistake
+//! on purpose, on a real rxe device, and shows what really happens: the completion status or
+//! errno (name and number), what `lab`'s status table says causes it, which QP went to ERR,
+//! and the fix. Every observation is checked against what
+//! `../shared/reference/rxe-6.1-observed.md` recorded for Linux 6.1's rxe; any difference
+//! is printed as `MISMATCH` and the program exits non-zero.
+//!
+//! Verbs: nothing new. The cases break the rules of the verbs you already know:
+//! `ibv_reg_mr` access flags, keys and bounds (cases 1-4, 13, 16), `ibv_post_send` before
+//! RTS (5), `ibv_modify_qp` shortcuts, GID index and MTU (6, 9, 10), `rnr_retry`,
+//! `retry_cnt` and `timeout` (7, 8), queue and CQ capacities (11, 15), the ERR state and
+//! its flush (12), `RLIMIT_MEMLOCK` (14). Where rxe differs from a hardware NIC the output
+//! says so (`hardware: ...`) and records what rxe really does.
+//!
+//! Run it:
+//!
+//! ```text
+//! cargo lab run 08                       # every case, in order (the default `all`)
+//! cargo lab run 08 -- bad-rkey           # one case (arguments after -- are appended)
+//! ch08-failure-modes --list              # the cases, one line each
+//! ch08-failure-modes mtu-too-large --serve            # node a of the pair topology
+//! ch08-failure-modes mtu-too-large --connect 10.77.0.1  # node b
+//! ```
+//!
+//! Layout: `cases/` holds one file per case (read them in the order of `--list`);
+//! `report.rs` prints and checks; `rig.rs` is the plumbing (open, connect two QPs, wait with
+//! a deadline) that earlier chapters did by hand.
+
+mod cases;
+mod report;
+mod rig;
+
+use std::process::ExitCode;
+
+use report::Report;
+use rig::R;
+
+/// One failure mode.
+#[derive(Debug)]
+pub struct Case {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// One line for `--list`.
+    pub summary: &'static str,
+    /// What it produces on rxe, for the summary table (the README's table says the same).
+    pub outcome: &'static str,
+    pub run: fn(&mut Report) -> R<()>,
+}
+
+/// The cases, in the order of the course (the numbers of issue 5 and of the observed doc).
+pub const CASES: &[Case] = &[
+    Case {
+        name: "remote-access",
+        summary: "RDMA WRITE into a region registered without REMOTE_WRITE",
+        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
+        run: cases::remote_access::run,
+    },
+    Case {
+        name: "bad-rkey",
+        summary: "RDMA WRITE to the right address with rkey + 1",
+        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
+        run: cases::bad_rkey::run,
+    },
+    Case {
+        name: "out-of-bounds",
+        summary: "RDMA WRITE that runs past the end of the remote region",
+        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
+        run: cases::out_of_bounds::run,
+    },
+    Case {
+        name: "unregistered-lkey",
+        summary: "local SGE with lkey 0, or a valid lkey with an address outside its MR",
+        outcome: "IBV_WC_LOC_QP_OP_ERR (2) / IBV_WC_LOC_PROT_ERR (4)",
+        run: cases::unregistered_lkey::run,
+    },
+    Case {
+        name: "post-before-rts",
+        summary: "ibv_post_send in RESET, INIT and RTR, and the ghost sends it leaves",
+        outcome: "EINVAL (22), yet the WR is sent later",
+        run: cases::post_before_rts::run,
+    },
+    Case {
+        name: "skip-rtr",
+        summary: "ibv_modify_qp INIT -> RTS directly",
+        outcome: "EINVAL (22)",
+        run: cases::skip_rtr::run,
+    },
+    Case {
+        name: "rnr-retry-exceeded",
+        summary: "SEND to a peer with no RECV posted: rnr_retry 2, then 7 (forever)",
+        outcome: "IBV_WC_RNR_RETRY_EXC_ERR (13) / no completion",
+        run: cases::rnr_retry::run,
+    },
+    Case {
+        name: "peer-gone",
+        summary: "the peer's QP is destroyed mid-conversation; retry_cnt 6 vs 7; recovery",
+        outcome: "IBV_WC_RETRY_EXC_ERR (12) / no completion",
+        run: cases::peer_gone::run,
+    },
+    Case {
+        name: "mtu-too-large",
+        summary: "path MTU 4096 above the port's active MTU 1024 (one device; --serve/--connect: two)",
+        outcome: "IBV_WC_SUCCESS (0) on one device / no completion between nodes",
+        run: cases::mtu_too_large::run_loopback,
+    },
+    Case {
+        name: "wrong-gid-index",
+        summary: "the link-local GID (index 0) toward an IPv4 peer",
+        outcome: "EINVAL (22) at RTR",
+        run: cases::wrong_gid_index::run,
+    },
+    Case {
+        name: "recv-queue-full",
+        summary: "more receives than max_recv_wr",
+        outcome: "ENOMEM (12) at the 8th of max_recv_wr=4",
+        run: cases::recv_queue_full::run,
+    },
+    Case {
+        name: "flush-on-error",
+        summary: "a QP forced to ERR with work outstanding",
+        outcome: "IBV_WC_WR_FLUSH_ERR (5)",
+        run: cases::flush_on_error::run,
+    },
+    Case {
+        name: "deregistered-region",
+        summary: "the server deregisters; the client's old rkey now fails",
+        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
+        run: cases::deregistered_region::run,
+    },
+    Case {
+        name: "memlock",
+        summary: "a non-root process with a tiny RLIMIT_MEMLOCK registers 1 MiB",
+        outcome: "ENOMEM (12) from ibv_reg_mr",
+        run: cases::memlock::run,
+    },
+    Case {
+        name: "cq-overflow",
+        summary: "more completions than the CQ holds",
+        outcome: "IBV_EVENT_CQ_ERR per lost completion",
+        run: cases::cq_overflow::run,
+    },
+    Case {
+        name: "cross-pd",
+        summary: "an MR of another protection domain in a work request",
+        outcome: "IBV_WC_LOC_QP_OP_ERR (2) / IBV_WC_REM_ACCESS_ERR (10)",
+        run: cases::cross_pd::run,
+    },
+];
+
+const USAGE: &str = "\
+usage: ch08-failure-modes <case>|all       run one case, or every case in order
+       ch08-failure-modes --list           the cases, one line each
+       ch08-failure-modes mtu-too-large --serve [--port N]          node a of the pair
+       ch08-failure-modes mtu-too-large --connect <addr> [--port N] node b of the pair";
+
+/// What the command line asks for.
+enum Command {
+    List,
+    Help,
+    All,
+    One(&'static Case),
+    MtuServe { port: u16 },
+    MtuConnect { addr: String, port: u16 },
+    MemlockChild { who: String },
+}
+
+fn parse(args: &[String]) -> Result<Command, String> {
+    let Some(first) = args.first() else {
+        return Err("missing a case name".into());
+    };
+    match first.as_str() {
+        "--list" | "list" | "all" if args.len() > 1 => {
+            return Err(format!("{first} takes no options (got {:?})", args[1]));
+        }
+        "--list" | "list" => return Ok(Command::List),
+        "-h" | "--help" | "help" => return Ok(Command::Help),
+        "all" => return Ok(Command::All),
+        // Hidden: the memlock case re-runs this program as its own child (see cases/memlock.rs).
+        cases::memlock::CHILD_FLAG => {
+            return Ok(Command::MemlockChild {
+                who: args.get(1).cloned().unwrap_or_default(),
+            });
+        }
+        _ => {}
+    }
+    let case = CASES.iter().find(|c| c.name == first).ok_or_else(|| {
+        format!("unknown case {first:?}; `ch08-failure-modes --list` shows the cases")
+    })?;
+    let rest = &args[1..];
+    if rest.is_empty() {
+        return Ok(Command::One(case));
+    }
+    if case.name != "mtu-too-large" {
+        return Err(format!(
+            "case {} takes no options (got {:?}); only mtu-too-large has --serve/--connect",
+            case.name, rest[0]
+        ));
+    }
+    let mut serve = false;
+    let mut connect = None;
+    let mut port = cases::mtu_too_large::DEFAULT_PORT;
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--serve" => serve = true,
+            "--connect" => {
+                let addr = it.next().ok_or("--connect needs the server's address")?;
+                connect = Some(addr.clone());
+            }
+            "--port" => {
+                let p = it.next().ok_or("--port needs a number")?;
+                port = p
+                    .parse()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| format!("--port {p:?}: expected a TCP port, 1-65535"))?;
+            }
+            other => return Err(format!("unknown option {other:?} for mtu-too-large")),
+        }
+    }
+    match (serve, connect) {
+        (true, None) => Ok(Command::MtuServe { port }),
+        (false, Some(addr)) => Ok(Command::MtuConnect { addr, port }),
+        (true, Some(_)) => Err("--serve and --connect exclude each other".into()),
+        (false, None) => Err("--port needs --serve or --connect".into()),
+    }
+}
+
+/// Runs one case: header, steps, result line. Returns whether it behaved as recorded.
+fn run_case(index: usize, case: &Case) -> bool {
+    println!(
+        "=== case {} of {}: {} ({})",
+        index + 1,
+        CASES.len(),
+        case.name,
+        case.summary
+    );
+    let mut r = Report::new();
+    let outcome = (case.run)(&mut r);
+    let ok = match outcome {
+        Ok(()) if r.mismatches().is_empty() => {
+            println!(
+                "result: {}: as recorded for rxe ({})",
+                case.name,
+                report::checks(r.checks())
+            );
+            true
+        }
+        Ok(()) => {
+            println!(
+                "result: {}: MISMATCH in {} of {} checks",
+                case.name,
+                r.mismatches().len(),
+                r.checks()
+            );
+            false
+        }
+        Err(e) => {
+            println!("  unexpected error: {e}");
+            println!("result: {}: FAILED (an unexpected error)", case.name);
+            false
+        }
+    };
+    println!();
+    ok
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = match parse(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ch08-failure-modes: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let ok = match cmd {
+        Command::Help => {
+            println!("{USAGE}");
+            true
+        }
+        Command::List => {
+            let width = CASES.iter().map(|c| c.name.len()).max().unwrap_or(0);
+            for (i, c) in CASES.iter().enumerate() {
+                println!("{:>2}  {:width$}  {}", i + 1, c.name, c.summary);
+            }
+            true
+        }
+        Command::One(case) => {
+            let i = CASES.iter().position(|c| c.name == case.name).unwrap_or(0);
+            run_case(i, case)
+        }
+        Command::All => {
+            let results: Vec<bool> = CASES
+                .iter()
+                .enumerate()
+                .map(|(i, c)| run_case(i, c))
+                .collect();
+            println!("summary:");
+            let mut t = lab::show::Table::new([
+                ("case", lab::show::Align::Left),
+                ("what rxe produces", lab::show::Align::Left),
+                ("result", lab::show::Align::Left),
+            ])
+            .indent(2);
+            for (c, ok) in CASES.iter().zip(&results) {
+                t.row([
+                    c.name,
+                    c.outcome,
+                    if *ok { "as recorded" } else { "MISMATCH" },
+                ]);
+            }
+            print!("{t}");
+            let bad = results.iter().filter(|ok| !**ok).count();
+            println!(
+                "{} of {} cases behaved as recorded",
+                CASES.len() - bad,
+                CASES.len()
+            );
+            bad == 0
+        }
+        Command::MtuServe { port } => run_role(cases::mtu_too_large::serve(port)),
+        Command::MtuConnect { addr, port } => run_role(cases::mtu_too_large::connect(&addr, port)),
+        Command::MemlockChild { who } => cases::memlock::child(&who),
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Ends a server/client role: an unexpected error is printed, and fails the run.
+fn run_role(r: R<bool>) -> bool {
+    match r {
+        Ok(ok) => ok,
+        Err(e) => {
+            println!("unexpected error: {e}");
+            false
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! End-to-end tests of chapter 08 on a real rxe device, through the harness.
+//!
+//! - `case`: every failure mode as its own process (one role `run`, argv [exe, case]) in the
+//!   loopback lab, each with its own snapshot (`e2e__case@<name>.snap`) and explicit asserts
+//!   on the statuses and errnos that matter;
+//! - `all_cases_in_order`: the chapter as `chapters/course.toml` runs it (`all`); its summary
+//!   table is snapshotted (the cases themselves are above);
+//! - `mtu_too_large_between_two_nodes`: the pair half of case 9, server on node a, client on
+//!   node b;
+//! - `cli_*`: bad command lines, on the host (no device needed).
+
+use std::process::Command;
+
+use harness::testing::{Role, run_chapter, run_roles};
+use harness::{Node, Topology};
+use rstest::rstest;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch08-failure-modes");
+
+#[rstest]
+#[case::remote_access(
+    "remote-access",
+    &["A's completion: IBV_WC_REM_ACCESS_ERR (10)", "A's completion: IBV_WC_REM_INV_REQ_ERR (9)",
+      "B's sentinel RECV (wr_id 100): IBV_WC_WR_FLUSH_ERR (5)"]
+)]
+#[case::bad_rkey("bad-rkey", &["A's completion: IBV_WC_REM_ACCESS_ERR (10)", "B's QP state: ERR"])]
+#[case::out_of_bounds(
+    "out-of-bounds",
+    &["A's completion: IBV_WC_REM_ACCESS_ERR (10)", "(nothing was written): true"]
+)]
+#[case::unregistered_lkey(
+    "unregistered-lkey",
+    &["lkey 0 (an unregistered", "A's completion: IBV_WC_LOC_QP_OP_ERR (2)",
+      "A's completion: IBV_WC_LOC_PROT_ERR (4)"]
+)]
+#[case::post_before_rts(
+    "post-before-rts",
+    &["ibv_post_send: returned EINVAL (22)", "B's RECV #1 (IBV_WC_SUCCESS (0)): \"posted in RESET\"",
+      "B's RECV #3 (IBV_WC_SUCCESS (0)): \"posted in RTR\""]
+)]
+#[case::skip_rtr(
+    "skip-rtr",
+    &["ibv_modify_qp: returned EINVAL (22)", "QP state afterwards (ibv_query_qp): INIT"]
+)]
+#[case::rnr_retry_exceeded(
+    "rnr-retry-exceeded",
+    &["A's completion: IBV_WC_RNR_RETRY_EXC_ERR (13)",
+      "no completion within 2.000s (rnr_retry=7 retries forever)",
+      "A's completion: IBV_WC_RETRY_EXC_ERR (12)"]
+)]
+#[case::peer_gone(
+    "peer-gone",
+    &["A's completion wr_id=2: IBV_WC_RETRY_EXC_ERR (12)",
+      "A's completion wr_id=3: IBV_WC_WR_FLUSH_ERR (5)",
+      "no completion within 2.000s (rxe retries forever with retry_cnt=7)",
+      "C received: recovered", "recovered: traffic resumes"]
+)]
+#[case::mtu_too_large(
+    "mtu-too-large",
+    &["A's path MTU (ibv_query_qp): 4096", "bytes received: 4096", "data intact: true"]
+)]
+#[case::wrong_gid_index(
+    "wrong-gid-index",
+    &["index 0  RoCE v2  gid=fe80::5054:ff:fe00:1", "ibv_modify_qp: returned EINVAL (22)",
+      "B's completion: IBV_WC_RETRY_EXC_ERR (12)"]
+)]
+#[case::recv_queue_full(
+    "recv-queue-full",
+    &["RECVs accepted: 7", "ibv_post_recv #8: returned ENOMEM (12)"]
+)]
+#[case::flush_on_error(
+    "flush-on-error",
+    &["B's completion wr_id=103: IBV_WC_WR_FLUSH_ERR (5)",
+      "A's completion wr_id=2: IBV_WC_WR_FLUSH_ERR (5)",
+      "B's completion wr_id=104: IBV_WC_WR_FLUSH_ERR (5)"]
+)]
+#[case::deregistered_region(
+    "deregistered-region",
+    &["A's completion: IBV_WC_SUCCESS (0)", "A's completion: IBV_WC_REM_ACCESS_ERR (10)"]
+)]
+#[case::memlock(
+    "memlock",
+    &["child: uid 65534, RLIMIT_MEMLOCK 64 KiB", "child: ibv_reg_mr(1 MiB): returned ENOMEM (12)",
+      "child: ibv_reg_mr(1 MiB) succeeded (CAP_IPC_LOCK ignores the limit): true"]
+)]
+#[case::cq_overflow(
+    "cq-overflow",
+    &["IBV_EVENT_CQ_ERR (0) events on A's CQ: 21", "completions kept (wr_id): 1 2 3 4 5 6 7",
+      "A's completion wr_id=29: IBV_WC_SUCCESS (0)"]
+)]
+#[case::cross_pd(
+    "cross-pd",
+    &["A's completion: IBV_WC_LOC_QP_OP_ERR (2)", "A's completion: IBV_WC_REM_ACCESS_ERR (10)"]
+)]
+fn case(#[case] name: &str, #[case] facts: &[&str]) {
+    let t = run_roles(Topology::Loopback, vec![Role::new("run", [EXE, name])]);
+    insta::with_settings!({ snapshot_suffix => name }, {
+        insta::assert_snapshot!("case", t.redacted());
+    });
+    t.assert_success();
+    let out = &t.section("run").stdout;
+    assert!(
+        out.contains(&format!("result: {name}: as recorded for rxe")),
+        "{out}"
+    );
+    assert!(!out.contains("MISMATCH"), "{out}");
+    for fact in facts {
+        assert!(out.contains(fact), "missing {fact:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn all_cases_in_order() {
+    let t = run_chapter("ch08-failure-modes", EXE, &[]);
+    let out = &t.section("run").stdout;
+    let summary = out
+        .find("summary:")
+        .map(|i| &out[i..])
+        .unwrap_or_else(|| panic!("no summary in:\n{}", t.text()));
+    insta::assert_snapshot!("all_summary", summary);
+    t.assert_success();
+    assert!(
+        summary.contains("16 of 16 cases behaved as recorded"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn mtu_too_large_between_two_nodes() {
+    let t = run_roles(
+        Topology::Pair,
+        vec![
+            Role::new("server", [EXE, "mtu-too-large", "--serve"]).ready("listening on"),
+            Role::new("client", [EXE, "mtu-too-large", "--connect", "10.77.0.1"]).on(Node::B),
+        ],
+    );
+    insta::assert_snapshot!("mtu_pair", t.redacted());
+    t.assert_success();
+    let client = &t.section("client").stdout;
+    assert!(
+        client.contains("no completion within 2.000s (the packet is dropped"),
+        "{client}"
+    );
+    assert!(client.contains("QP big state: RTS"), "{client}");
+    let server = &t.section("server").stdout;
+    assert!(
+        server.contains("wr_id=100 IBV_WC_SUCCESS (0) byte_len=1024, wr_id=200"),
+        "{server}"
+    );
+}
+
+/// Runs the binary on the host (no device is touched for these command lines).
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run the chapter");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_list() {
+    let (code, out, err) = cli(&["--list"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 16, "{out}");
+    insta::assert_snapshot!("list", out);
+}
+
+#[rstest]
+#[case::no_arguments(&[], "missing a case name")]
+#[case::unknown_case(&["nope"], "unknown case \"nope\"; `ch08-failure-modes --list` shows the cases")]
+#[case::option_on_other_case(&["bad-rkey", "--serve"], "case bad-rkey takes no options")]
+#[case::connect_without_address(&["mtu-too-large", "--connect"], "--connect needs the server's address")]
+#[case::serve_and_connect(&["mtu-too-large", "--serve", "--connect", "x"], "exclude each other")]
+#[case::bad_port(&["mtu-too-large", "--serve", "--port", "http"], "--port \"http\": expected a TCP port")]
+#[case::unknown_option(&["mtu-too-large", "--fast"], "unknown option \"--fast\"")]
+#[case::all_with_extra(&["all", "more"], "all takes no options (got \"more\")")]
+fn cli_bad_input(#[case] args: &[&str], #[case] message: &str) {
+    let (code, out, err) = cli(args);
+    assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
+    assert!(err.contains(message), "{err}");
+    assert!(err.contains("usage: ch08-failure-modes"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.is_empty(), "{out}");
+}
+
+#[test]
+fn cli_help() {
+    let (code, out, _) = cli(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("mtu-too-large --connect <addr>"), "{out}");
+}
