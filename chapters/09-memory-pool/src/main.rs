@@ -1,0 +1,877 @@
+//! # Chapter 09: a cross-node memory pool
+//!
+//! Node a lends memory; node b uses it without ever asking node a's CPU. The pool server
+//! registers **one large memory region**, cuts it into N fixed-size blocks and hands every
+//! client the **block table**: `(addr, len, rkey)` per block, over the lab's TCP exchange.
+//! From then on the clients read and write blocks with one-sided **RDMA WRITE** and **RDMA
+//! READ**; the server's CPU sleeps in a socket read until they say "done", and its completion
+//! queue stays empty: a one-sided operation completes only at the side that posted it.
+//!
+//! What it teaches:
+//! * one MR for the whole pool vs one MR per block: what each costs in keys, in registrations
+//!   and in registration time (step 2 of the server);
+//! * the block table as the pool's "address space", and a client API that turns
+//!   `write(block, offset, data)` into one work request after a bounds check
+//!   (`lab::RemotePool` / `lab::AsyncPool`);
+//! * several client processes writing disjoint blocks at the same time, then reading them back;
+//! * the completion-driven async form: every block's WRITE is in flight at once, each a future
+//!   that the completion channel wakes (`lab::AsyncPool`, `lab::join_all`);
+//! * what the API refuses before anything reaches the wire (a block or byte range outside the
+//!   table: a typed error, no work request posted), and what only the remote side can refuse
+//!   (a forged rkey: `IBV_WC_REM_ACCESS_ERR (10)`, our QP and the server's QP go to ERR, the
+//!   other clients and the pool's memory are untouched).
+//!
+//! Verbs: `ibv_reg_mr` (one vs many), `IBV_WR_RDMA_WRITE`, `IBV_WR_RDMA_READ`,
+//! `ibv_req_notify_cq` + `ibv_get_cq_event` (the async form), `ibv_query_qp`.
+//!
+//! Run it (pair topology: node a serves, node b runs the clients):
+//!
+//! ```text
+//! cargo lab run 09
+//! cargo lab run 09 -- --clients 3 --blocks 12 --block-size 8192
+//! cargo lab run 09 -- --bench 1000          # 4 KiB WRITE/READ latency of the pool API
+//! ```
+//!
+//! Roles: `--server` (node a) and `--connect HOST` (node b). `cargo lab run` passes the
+//! arguments after `--` to both roles, so both accept the same flags; `--clients`, `--blocks`,
+//! `--block-size` and `--bench` must agree on both sides (the server checks what arrives).
+//! The client role starts `--clients` worker processes (copies of itself with the hidden flag
+//! `--client-index I`), prints their output in index order, then plays a misbehaving client
+//! itself.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use clap::Parser;
+use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
+use lab::show::{self, Align, Table};
+use lab::{
+    AccessFlags, AsyncPool, Context, Error, Gid, InitAttr, MemoryRegion, PoolOp, QpInitAttr,
+    QpState, QueuePair, RemoteBlock, RemotePool, RtrAttr, RtsAttr, WcStatus, join_all,
+};
+
+/// Our first packet sequence number (any 24-bit value; both sides just have to agree).
+const PSN: u32 = 0x000100;
+/// Deadlines: the lab runs under emulation (TCG), so be generous, but never wait forever.
+const CONNECT: Duration = Duration::from_secs(60);
+const WORK: Duration = Duration::from_secs(120);
+const OP: Duration = Duration::from_secs(20);
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "ch09-memory-pool",
+    about = "Chapter 09: a memory pool on node a, read and written with one-sided RDMA by \
+             several client processes on node b",
+    after_help = "Both roles take the same flags (cargo lab run passes them to both).\n\
+                  Examples:\n  ch09-memory-pool --server --clients 2\n  \
+                  ch09-memory-pool --connect 10.77.0.1 --clients 2"
+)]
+struct Args {
+    /// Serve the pool (node a).
+    #[arg(long, conflicts_with = "connect")]
+    server: bool,
+    /// Use the pool served at HOST (node b).
+    #[arg(long, value_name = "HOST", required_unless_present = "server")]
+    connect: Option<String>,
+    /// Worker processes writing the pool at the same time.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    clients: u32,
+    /// Blocks in the pool (at least --clients: each client owns blocks i, i+K, i+2K, ...).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    blocks: u32,
+    /// Bytes per block (a multiple of 64, 64 B ..= 1 MiB).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
+    block_size: u32,
+    /// Benchmark instead: ITERS blocking WRITEs and READs of one block, latency median/p99.
+    #[arg(long, value_name = "ITERS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    bench: Option<u32>,
+    /// TCP port of the exchange.
+    #[arg(long, default_value_t = LAB_PORT)]
+    port: u16,
+    /// (internal) run as worker I of the client role.
+    #[arg(long, hide = true, value_name = "I")]
+    client_index: Option<u32>,
+}
+
+impl Args {
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.block_size & 63 != 0 {
+            return Err(format!(
+                "--block-size {} is not a multiple of 64",
+                self.block_size
+            ));
+        }
+        let total = self.blocks as u64 * self.block_size as u64;
+        if total > 64 << 20 {
+            return Err(format!(
+                "--blocks {} x --block-size {} = {total} bytes: the pool is limited to 64 MiB",
+                self.blocks, self.block_size
+            ));
+        }
+        if self.bench.is_none() && self.blocks < self.clients {
+            return Err(format!(
+                "--blocks {} is less than --clients {}: every client needs at least one block",
+                self.blocks, self.clients
+            ));
+        }
+        if let Some(i) = self.client_index
+            && i >= self.clients
+        {
+            return Err(format!(
+                "--client-index {i} is out of range for --clients {}",
+                self.clients
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(msg) = args.check() {
+        eprintln!("error: {msg}\n\nFor more information, try '--help'.");
+        return ExitCode::from(2);
+    }
+    let result = match (&args.connect, args.client_index, args.bench) {
+        (None, _, _) => server(&args),
+        (Some(host), _, Some(iters)) => bench_client(&args, host, iters),
+        (Some(host), Some(i), None) => worker(&args, host, i),
+        (Some(host), None, None) => clients(&args, host),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            println!("FAILED: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the clients write: a readable header, then a pattern. Deterministic, so the server can
+// check every block by itself at the end.
+
+/// Which worker owns (writes) `block`: blocks are dealt round-robin.
+fn owner(block: u32, clients: u32) -> u32 {
+    block % clients
+}
+
+/// The content worker `owner(block)` writes into `block`.
+fn block_content(block: u32, clients: u32, size: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..size)
+        .map(|j| (block as usize * 37 + j * 13 + 5) as u8)
+        .collect();
+    let header = format!("block {block} by client {}\n", owner(block, clients));
+    v[..header.len()].copy_from_slice(header.as_bytes());
+    v
+}
+
+/// The header line at the start of a block's bytes ("block 3 by client 1"), for printing.
+fn header_of(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == b'\n').unwrap_or(0).min(40);
+    String::from_utf8_lossy(&bytes[..end])
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '.'
+            }
+        })
+        .collect()
+}
+
+/// FNV-1a, 64 bits: a small, well-known checksum (not a cryptographic one).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server (node a)
+
+/// One client connection as the server sees it.
+struct Conn {
+    name: String,
+    qp: QueuePair,
+    oob: OobStream,
+}
+
+fn server(args: &Args) -> Result<bool> {
+    let (n, size) = (args.blocks as usize, args.block_size as usize);
+    let bench = args.bench.is_some();
+    let workers = if bench { 1 } else { args.clients as usize };
+
+    println!("step 1: open the device, find the RoCE v2 GID, allocate a protection domain");
+    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    let pd = ctx.alloc_pd()?;
+    let dev = ctx.query_device()?;
+    println!(
+        "  device {} port 1 gid[{}] {}; the device allows max_mr={} memory regions",
+        ctx.name(),
+        gid.index,
+        show::gid(&gid.gid.raw()),
+        dev.max_mr
+    );
+
+    // The clients need REMOTE_WRITE and REMOTE_READ; LOCAL_WRITE is required with
+    // REMOTE_WRITE; REMOTE_ATOMIC makes the same pool usable by chapter 10's atomics.
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+
+    println!("step 2: two ways to register {n} blocks of {size} bytes");
+    // (a) One MR per block: N ibv_reg_mr calls, N rkeys the table must carry, N MRs the
+    //     device must track (max_mr above). Each can be deregistered on its own.
+    let t = Instant::now();
+    let per_block: Vec<MemoryRegion> = (0..n)
+        .map(|_| pd.reg_mr(size, access))
+        .collect::<lab::Result<_>>()?;
+    let per_block_time = t.elapsed();
+    let keys: BTreeSet<u32> = per_block.iter().map(|m| m.rkey()).collect();
+    println!(
+        "  one MR per block:    {n} ibv_reg_mr calls, {} distinct rkeys, {}",
+        keys.len(),
+        show::elapsed(per_block_time)
+    );
+    drop(per_block); // ibv_dereg_mr x N
+    // (b) One MR for the whole pool: 1 call, 1 rkey; a block is an offset into it.
+    let t = Instant::now();
+    let mut pool = pd.reg_mr(n * size, access)?;
+    let one_time = t.elapsed();
+    println!(
+        "  one MR for the pool: 1 ibv_reg_mr call, 1 rkey, {}",
+        show::elapsed(one_time)
+    );
+    println!(
+        "  this pool uses the single MR: {} bytes, {}",
+        n * size,
+        show::rkey(pool.rkey())
+    );
+
+    println!("step 3: the block table the clients get: (addr, len, rkey) per block");
+    let table: Vec<RemoteBlock> = (0..n)
+        .map(|i| RemoteBlock {
+            addr: pool.addr() + (i * size) as u64,
+            len: size as u64,
+            rkey: pool.rkey(),
+        })
+        .collect();
+    print_table(&table);
+    pool.as_mut_slice().fill(0);
+
+    let listener = Listener::bind(args.port)?;
+    println!(
+        "step 4: listening on 0.0.0.0:{} for {} (one RC QP each)",
+        args.port,
+        if bench {
+            "1 benchmark client".to_string()
+        } else {
+            format!("{workers} clients, then 1 misbehaving client")
+        }
+    );
+    // One CQ for every connection's QP: it will stay empty (nobody posts anything here).
+    let cq = ctx.create_cq(64, None)?;
+    let me = |qpn: u32| Endpoint {
+        name: "pool".into(),
+        qpn,
+        psn: PSN,
+        gid: gid.gid.raw(),
+        regions: table.clone(),
+        ..Default::default()
+    };
+
+    // Accept one connection: receive the client's endpoint, bring a QP up toward it, send
+    // ours with the block table. Our QP is in RTS before the client learns its number.
+    let accept = |what: &str| -> Result<Conn> {
+        let mut oob = listener
+            .accept(CONNECT)
+            .with_context(|| format!("waiting for {what}"))?;
+        let theirs = oob.recv_msg(CONNECT)?;
+        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?.bring_up(
+            &InitAttr::default(),
+            &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
+            &RtsAttr::new(PSN),
+        )?;
+        oob.send_msg(&me(qp.qp_num()), CONNECT)?;
+        Ok(Conn {
+            name: theirs.name,
+            qp,
+            oob,
+        })
+    };
+
+    println!("step 5: accept the clients, in whatever order they come");
+    let mut conns: Vec<Conn> = (0..workers)
+        .map(|i| accept(&format!("client {} of {workers}", i + 1)))
+        .collect::<Result<_>>()?;
+    // They connect in a racy order: print them sorted, so the output is the same every run.
+    conns.sort_by(|a, b| a.name.cmp(&b.name));
+    for c in &conns {
+        println!("  {} connected: our {}", c.name, show::qpn(c.qp.qp_num()));
+    }
+
+    println!("step 6: tell every client \"go\", then wait for each one's \"done\"");
+    // From here the clients write and read the pool with one-sided operations. This process
+    // only waits in a socket read: watch its CPU time and its completion queue.
+    let cpu0 = lab::cpu_time()?;
+    let t = Instant::now();
+    for c in &mut conns {
+        c.oob.send_line("go", OP)?;
+    }
+    let mut reported: Vec<(String, String)> = vec![];
+    for c in &mut conns {
+        let line = c
+            .oob
+            .recv_line(WORK)
+            .with_context(|| format!("waiting for {}'s \"done\"", c.name))?;
+        reported.push((c.name.clone(), line));
+    }
+    let cpu = lab::cpu_time()?.since(&cpu0);
+    let mut wcs = [lab::WorkCompletion::default(); 16];
+    let n_wc = cq.poll_into(&mut wcs)?;
+    println!(
+        "  all {workers} done after {}; this process used {} meanwhile",
+        show::elapsed(t.elapsed()),
+        show::cpu(cpu.total())
+    );
+    println!(
+        "  our completion queue holds {n_wc} completions: one-sided WRITE/READ complete only at \
+         the side that posts them"
+    );
+    for (name, line) in &reported {
+        println!("  {name} reported: {line}");
+    }
+    let mut ok = n_wc == 0;
+
+    if bench {
+        println!("done: benchmark served");
+        return Ok(ok);
+    }
+
+    println!("step 7: the misbehaving client");
+    let mut probe = accept("the misbehaving client")?;
+    println!(
+        "  {} connected: our {}",
+        probe.name,
+        show::qpn(probe.qp.qp_num())
+    );
+    probe.oob.send_line("go", OP)?;
+    let line = probe.oob.recv_line(WORK)?;
+    println!("  {} reported: {line}", probe.name);
+
+    println!("step 8: check every block (the server reads its own memory, sorted by block)");
+    let mut good = 0;
+    for b in 0..n {
+        let bytes = &pool.as_slice()[b * size..(b + 1) * size];
+        let want = block_content(b as u32, args.clients, size);
+        let sum = fnv1a(bytes);
+        let verdict = if bytes == want.as_slice() {
+            good += 1;
+            "ok"
+        } else {
+            ok = false;
+            "MISMATCH"
+        };
+        println!(
+            "  block {b:>3}: \"{}\" checksum=0x{sum:016x} {verdict}",
+            header_of(bytes)
+        );
+    }
+    println!("  {good} of {n} blocks hold exactly what their owner wrote");
+
+    println!("step 9: the state of each connection's QP on this side (ibv_query_qp)");
+    conns.push(probe);
+    for c in &conns {
+        let st = c.qp.state()?;
+        println!("  {}: {st}", c.name);
+        let expect = if c.name == "misbehaving" {
+            QpState::Err
+        } else {
+            QpState::Rts
+        };
+        ok &= st == expect;
+    }
+    let n_wc = cq.poll_into(&mut wcs)?;
+    println!("  our completion queue still holds {n_wc} completions");
+    ok &= n_wc == 0;
+    println!(
+        "done: {}",
+        if ok {
+            "every block verified, the server's CPU took no part in the transfers"
+        } else {
+            "something unexpected happened (see above)"
+        }
+    );
+    Ok(ok)
+}
+
+fn print_table(table: &[RemoteBlock]) {
+    let mut t = Table::new([
+        ("block", Align::Right),
+        ("len", Align::Right),
+        ("rkey", Align::Left),
+        ("addr", Align::Left),
+    ])
+    .indent(2);
+    const SHOWN: usize = 16;
+    for (i, b) in table.iter().enumerate().take(SHOWN) {
+        t.row([
+            i.to_string(),
+            b.len.to_string(),
+            show::rkey(b.rkey).to_string(),
+            show::addr(b.addr).to_string(),
+        ]);
+    }
+    print!("{t}");
+    if table.len() > SHOWN {
+        println!(
+            "  ... ({} more blocks, same rkey, addresses every {} bytes)",
+            table.len() - SHOWN,
+            table[0].len
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client side (node b): connecting one QP to the pool
+
+/// A QP connected to the pool server, and what the server sent.
+struct Connected {
+    qp: QueuePair,
+    oob: OobStream,
+    table: Vec<RemoteBlock>,
+    server_qpn: u32,
+}
+
+/// Creates a QP, exchanges endpoints with the server (our QPN/PSN/GID out, the pool's QPN and
+/// block table in) and brings the QP to RTS.
+fn connect(
+    ctx: &Context,
+    pd: &lab::ProtectionDomain,
+    cq: &lab::CompletionQueue,
+    args: &Args,
+    host: &str,
+    name: &str,
+) -> Result<Connected> {
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    let qp = pd.create_qp(&QpInitAttr::rc(cq, cq).max_send_wr(64))?;
+    let mine = Endpoint {
+        name: name.into(),
+        qpn: qp.qp_num(),
+        psn: PSN,
+        gid: gid.gid.raw(),
+        ..Default::default()
+    };
+    let (oob, pool) = OobStream::connect_exchange(host, args.port, &mine, CONNECT)
+        .with_context(|| format!("exchanging endpoints with the pool server at {host}"))?;
+    let qp = qp.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(pool.qpn, pool.psn, Gid(pool.gid)),
+        &RtsAttr::new(PSN),
+    )?;
+    Ok(Connected {
+        qp,
+        oob,
+        table: pool.regions,
+        server_qpn: pool.qpn,
+    })
+}
+
+/// Checks that the table the server sent is what our flags say.
+fn check_table(table: &[RemoteBlock], args: &Args) -> Result<()> {
+    ensure!(
+        table.len() == args.blocks as usize
+            && table.iter().all(|b| b.len == args.block_size as u64),
+        "the server's table has {} blocks of {} bytes, but this client was started with \
+         --blocks {} --block-size {}: give both roles the same flags",
+        table.len(),
+        table.first().map_or(0, |b| b.len),
+        args.blocks,
+        args.block_size
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker (one client process on node b): writes its blocks, reads them back
+
+fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
+    let size = args.block_size as usize;
+    let mine: Vec<u32> = (0..args.blocks)
+        .filter(|&b| owner(b, args.clients) == index)
+        .collect();
+    let list = mine
+        .iter()
+        .map(|b| b.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+
+    println!("step 1: open the device; a CQ with a completion channel (for the async form)");
+    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let pd = ctx.alloc_pd()?;
+    let channel = ctx.create_comp_channel()?;
+    let cq = ctx.create_cq(64, Some(&channel))?;
+    // Our own buffer: one slot per block we own. LOCAL_WRITE because READs land in it.
+    let mut local = pd.reg_mr(mine.len() * size, AccessFlags::LOCAL_WRITE)?;
+
+    println!("step 2: connect to the pool and receive its block table");
+    let c = connect(&ctx, &pd, &cq, args, host, &format!("client-{index}"))?;
+    check_table(&c.table, args)?;
+    println!(
+        "  pool: {} blocks of {} bytes, {}, block 0 at {}; server {}",
+        c.table.len(),
+        size,
+        show::rkey(c.table[0].rkey),
+        show::addr(c.table[0].addr),
+        show::qpn(c.server_qpn)
+    );
+    let mut oob = c.oob;
+    let pool = AsyncPool::new(c.qp, cq, channel, c.table);
+
+    println!("step 3: wait for the server's \"go\" (so all clients run at the same time)");
+    oob.expect_line("go", CONNECT)?;
+
+    println!("step 4: write my blocks {list}: one RDMA WRITE each, all in flight at once");
+    for (slot, &b) in mine.iter().enumerate() {
+        local.as_mut_slice()[slot * size..(slot + 1) * size].copy_from_slice(&block_content(
+            b,
+            args.clients,
+            size,
+        ));
+    }
+    // Each write() checks the range, posts one work request and returns a future; join_all
+    // polls them together; block_on sleeps on the completion channel until they complete.
+    let ops: Vec<PoolOp> = mine
+        .iter()
+        .enumerate()
+        .map(|(slot, &b)| pool.write(b as usize, 0, &local, slot * size..(slot + 1) * size))
+        .collect::<lab::Result<_>>()?;
+    let posted = ops.len();
+    let results = pool.block_on(join_all(ops), OP)?;
+    let wrote = results.into_iter().collect::<lab::Result<Vec<_>>>()?;
+    println!(
+        "  {posted} WRITEs posted, {} completions, all IBV_WC_SUCCESS",
+        wrote.len()
+    );
+
+    println!("step 5: forget them locally, read them back with RDMA READ (all in flight)");
+    local.as_mut_slice().fill(0);
+    let ops: Vec<PoolOp> = mine
+        .iter()
+        .enumerate()
+        .map(|(slot, &b)| pool.read(b as usize, 0, &local, slot * size..(slot + 1) * size))
+        .collect::<lab::Result<_>>()?;
+    let read = pool.block_on(join_all(ops), OP)?;
+    read.into_iter().collect::<lab::Result<Vec<_>>>()?;
+    let mut ok = true;
+    let mut sums = vec![];
+    for (slot, &b) in mine.iter().enumerate() {
+        let got = &local.as_slice()[slot * size..(slot + 1) * size];
+        let same = got == block_content(b, args.clients, size).as_slice();
+        ok &= same;
+        let sum = fnv1a(got);
+        sums.push(format!("{b}:{sum:016x}"));
+        println!(
+            "  block {b:>3}: \"{}\" checksum=0x{sum:016x} {}",
+            header_of(got),
+            if same { "matches" } else { "DIFFERS" }
+        );
+    }
+
+    println!("step 6: tell the server we are done");
+    oob.send_line(
+        &format!(
+            "done: {} blocks written and read back {}",
+            mine.len(),
+            if ok { "intact" } else { "DAMAGED" }
+        ),
+        OP,
+    )?;
+    Ok(ok)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The client role: start the workers, show their output, then misbehave on purpose
+
+fn clients(args: &Args, host: &str) -> Result<bool> {
+    let k = args.clients;
+    println!(
+        "step 1: start {k} client processes (each its own QP and its own blocks: client i owns \
+         blocks i, i+{k}, ...)"
+    );
+    let exe = std::env::current_exe().context("finding this program's path")?;
+    let mut children: Vec<Running> = (0..k)
+        .map(|i| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(std::env::args_os().skip(1))
+                .args(["--client-index", &i.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            Running::spawn(cmd).with_context(|| format!("starting client {i}"))
+        })
+        .collect::<Result<_>>()?;
+
+    println!("step 2: wait for them; their output, in client order (they ran concurrently)");
+    let deadline = Instant::now() + WORK + CONNECT;
+    let mut ok = true;
+    for (i, child) in children.iter_mut().enumerate() {
+        let (code, out, err) = child.finish(deadline);
+        for line in out.lines() {
+            println!("  [client {i}] {line}");
+        }
+        for line in err.lines() {
+            println!("  [client {i}] stderr: {line}");
+        }
+        println!("  [client {i}] exit {code}");
+        ok &= code == 0;
+    }
+
+    println!("step 3: a misbehaving client (this process, its own QP: \"misbehaving\")");
+    ok &= misbehave(args, host)?;
+    println!(
+        "done: {}",
+        if ok {
+            "every client behaved as expected"
+        } else {
+            "something unexpected happened (see above)"
+        }
+    );
+    Ok(ok)
+}
+
+/// Out-of-range requests are refused before posting; a forged rkey is refused by the server's
+/// device, after the round trip.
+fn misbehave(args: &Args, host: &str) -> Result<bool> {
+    let (n, size) = (args.blocks as usize, args.block_size as u64);
+    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(16, None)?;
+    let c = connect(&ctx, &pd, &cq, args, host, "misbehaving")?;
+    check_table(&c.table, args)?;
+    let mut oob = c.oob;
+    oob.expect_line("go", CONNECT)?;
+    let staging = pd.reg_mr(size as usize, AccessFlags::LOCAL_WRITE)?;
+    // The blocking form this time: each call posts one work request and waits for it.
+    let mut pool = RemotePool::new(c.qp, cq, staging, c.table.clone())?;
+    pool.set_timeout(OP);
+    let mut ok = true;
+
+    println!("  3a: requests outside the table, refused by the client API (nothing posted)");
+    let attempts: [(String, lab::Result<()>); 3] = [
+        (
+            format!("write(block {n}, offset 0, 8 bytes)"),
+            pool.write(n, 0, b"12345678"),
+        ),
+        (
+            format!("read(block 0, offset {}, 8 bytes)", size - 4),
+            pool.read(0, size - 4, &mut [0; 8]),
+        ),
+        (
+            "write(block 1, offset 2^64-1, 2 bytes)".to_string(),
+            pool.write(1, u64::MAX, b"xy"),
+        ),
+    ];
+    for (what, r) in attempts {
+        match r {
+            Err(e @ Error::OutOfBounds(_)) => println!("    {what}: {e}"),
+            other => {
+                ok = false;
+                println!("    {what}: UNEXPECTED {other:?}");
+            }
+        }
+    }
+    let nothing = pool.in_flight() == 0 && pool.cq().poll_one()?.is_none();
+    ok &= nothing;
+    println!(
+        "    work requests in flight: {}, completions on our CQ: {}",
+        pool.in_flight(),
+        if nothing { 0 } else { 1 }
+    );
+
+    println!("  3b: a correct READ of block 0 with the blocking form");
+    let head = pool.read_vec(0, 0, 32)?;
+    println!("    block 0 starts with \"{}\"", header_of(&head));
+    ok &= header_of(&head) == header_of(&block_content(0, args.clients, 32));
+
+    println!("  3c: the same WRITE with a forged rkey (the real one + 1): only the server's");
+    println!("      device can tell, so the error comes back as a completion");
+    let (qp, cq, staging) = pool.into_parts();
+    let real = c.table[0].rkey;
+    let forged: Vec<RemoteBlock> = c
+        .table
+        .iter()
+        .map(|b| RemoteBlock {
+            rkey: real.wrapping_add(1),
+            ..*b
+        })
+        .collect();
+    println!(
+        "    real {}, forged {}",
+        show::rkey(real),
+        show::rkey(real.wrapping_add(1))
+    );
+    let mut pool = RemotePool::new(qp, cq, staging, forged)?;
+    pool.set_timeout(OP);
+    match pool.write(0, 0, b"FORGED!!") {
+        Err(Error::Completion { wc }) if wc.status == WcStatus::RemAccessErr => {
+            println!("    completion status: {}", wc.status);
+            println!("    why: {}", wc.status.explanation());
+        }
+        other => {
+            ok = false;
+            println!("    UNEXPECTED: {other:?}");
+        }
+    }
+    let st = pool.qp().state()?;
+    println!("    our QP is now {st}: an RC connection does not survive a remote access error");
+    ok &= st == QpState::Err;
+    println!(
+        "    we stop here (exit cleanly); to go on, a client creates a new QP and connects again"
+    );
+    oob.send_line(
+        "done: forged rkey refused with IBV_WC_REM_ACCESS_ERR (10)",
+        OP,
+    )?;
+    Ok(ok)
+}
+
+/// A worker process whose stdout and stderr are collected by threads (so a chatty child never
+/// blocks on a full pipe) and which is killed if it outlives its deadline.
+struct Running {
+    child: Child,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+impl Running {
+    fn spawn(mut cmd: Command) -> std::io::Result<Running> {
+        let mut child = cmd.spawn()?;
+        let reader = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = r.read_to_string(&mut s);
+                s
+            })
+        };
+        let out = reader(Box::new(child.stdout.take().expect("piped")));
+        let err = reader(Box::new(child.stderr.take().expect("piped")));
+        Ok(Running { child, out, err })
+    }
+
+    /// Waits until the process exits or `deadline` passes (then kills it); returns the exit
+    /// code (-1 if killed or ended by a signal), stdout and stderr.
+    fn finish(&mut self, deadline: Instant) -> (i32, String, String) {
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => break st.code().unwrap_or(-1),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break -1;
+                }
+            }
+        };
+        let take = |h: &mut std::thread::JoinHandle<String>| {
+            std::mem::replace(h, std::thread::spawn(String::new))
+                .join()
+                .unwrap_or_default()
+        };
+        let (out, mut err) = (take(&mut self.out), take(&mut self.err));
+        if code == -1 {
+            err.push_str("killed: still running at the deadline\n");
+        }
+        (code, out, err)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Benchmark: the pool API's blocking WRITE and READ, one at a time, like perftest's *_lat
+
+fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
+    let size = args.block_size as usize;
+    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(16, None)?;
+    let c = connect(&ctx, &pd, &cq, args, host, "bench")?;
+    check_table(&c.table, args)?;
+    let mut oob = c.oob;
+    oob.expect_line("go", CONNECT)?;
+    let staging = pd.reg_mr(size, AccessFlags::LOCAL_WRITE)?;
+    let mut pool = RemotePool::new(c.qp, cq, staging, c.table)?;
+    pool.set_timeout(OP);
+    let data = block_content(0, 1, size);
+    let mut buf = vec![0u8; size];
+    println!("bench: {iters} x {size}-byte WRITE, then {iters} x READ, one at a time, block 0");
+    let mut run = |name: &str, write: bool, pool: &mut RemotePool| -> Result<()> {
+        for _ in 0..iters.min(100) {
+            if write {
+                pool.write(0, 0, &data)?;
+            } else {
+                pool.read(0, 0, &mut buf)?;
+            }
+        }
+        let mut lat = Vec::with_capacity(iters as usize);
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            let t = Instant::now();
+            if write {
+                pool.write(0, 0, &data)?;
+            } else {
+                pool.read(0, 0, &mut buf)?;
+            }
+            lat.push(t.elapsed());
+        }
+        let total = t0.elapsed();
+        lat.sort();
+        let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+        println!(
+            "  {name:<5} median {} p99 {} min {} max {} {}",
+            show::lat(pct(0.5)),
+            show::lat(pct(0.99)),
+            show::lat(lat[0]),
+            show::lat(lat[lat.len() - 1]),
+            show::ops(iters as u64, total)
+        );
+        Ok(())
+    };
+    run("WRITE", true, &mut pool)?;
+    run("READ", false, &mut pool)?;
+    if buf != data {
+        bail!("the READs did not return what was written");
+    }
+    oob.send_line("done: benchmark finished", OP)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_dealt_round_robin_and_disjoint() {
+        let owners: Vec<u32> = (0..8).map(|b| owner(b, 3)).collect();
+        assert_eq!(owners, [0, 1, 2, 0, 1, 2, 0, 1]);
+    }
+
+    #[test]
+    fn content_has_a_readable_header() {
+        let c = block_content(5, 2, 64);
+        assert_eq!(header_of(&c), "block 5 by client 1");
+        assert_ne!(block_content(4, 2, 64), block_content(5, 2, 64));
+    }
+
+    #[test]
+    fn fnv1a_known_values() {
+        assert_eq!(fnv1a(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a(b"a"), 0xaf63dc4c8601ec8c);
+    }
+}

@@ -1,0 +1,82 @@
+//! Chapter 09 end to end, in the pair topology: the pool server on node a, the client role
+//! (its worker processes and the misbehaving client) on node b. Plus the command line's bad
+//! input, which needs no device.
+
+use harness::testing::run_chapter;
+use rstest::rstest;
+use std::process::Command;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch09-memory-pool");
+
+/// The default run (2 clients, 8 blocks of 4 KiB) and a bigger one; both are snapshots of the
+/// redacted transcript, plus the facts the chapter is about, asserted one by one.
+#[rstest]
+#[case::default("default", &[], 8)]
+#[case::three_clients("three_clients", &["--clients", "3", "--blocks", "7", "--block-size", "1024"], 7)]
+fn pool_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] blocks: usize) {
+    let t = run_chapter("ch09-memory-pool", EXE, args);
+    insta::assert_snapshot!(name, t.redacted());
+    t.assert_success();
+    let server = &t.section("server").stdout;
+    let client = &t.section("client").stdout;
+    // Every block holds what its owner wrote, checked by the server in its own memory.
+    assert!(
+        server.contains(&format!(
+            "{blocks} of {blocks} blocks hold exactly what their owner wrote"
+        )),
+        "{server}"
+    );
+    // The server's CQ stays empty: one-sided operations complete only at the requester.
+    assert!(
+        server.contains("our completion queue holds 0 completions"),
+        "{server}"
+    );
+    assert!(
+        server.contains("our completion queue still holds 0 completions"),
+        "{server}"
+    );
+    // The forged rkey: the exact status, and both ends of that connection in ERR; the
+    // well-behaved clients' connections are untouched.
+    assert!(
+        client.contains("completion status: IBV_WC_REM_ACCESS_ERR (10)"),
+        "{client}"
+    );
+    assert!(client.contains("our QP is now ERR"), "{client}");
+    assert!(server.contains("  misbehaving: ERR"), "{server}");
+    assert!(server.contains("  client-0: RTS"), "{server}");
+    // Out-of-range requests are refused before anything is posted.
+    assert!(
+        client.contains("work requests in flight: 0, completions on our CQ: 0"),
+        "{client}"
+    );
+    assert_eq!(client.matches(": out of bounds: ").count(), 3, "{client}");
+}
+
+/// Bad command lines: a clear message and exit status 2, never a panic. Runs on the host.
+#[rstest]
+#[case::no_role(&[], "--connect <HOST>")]
+#[case::zero_clients(&["--server", "--clients", "0"], "--clients <CLIENTS>")]
+#[case::too_few_blocks(&["--server", "--clients", "3", "--blocks", "2"], "every client needs at least one block")]
+#[case::odd_block_size(&["--server", "--block-size", "100"], "is not a multiple of 64")]
+#[case::too_big(&["--server", "--blocks", "4096", "--block-size", "1048576"], "the pool is limited to 64 MiB")]
+#[case::both_roles(&["--server", "--connect", "10.77.0.1"], "cannot be used with")]
+#[case::bad_index(&["--connect", "10.77.0.1", "--client-index", "5"], "--client-index 5 is out of range")]
+#[case::not_a_number(&["--server", "--blocks", "many"], "invalid value 'many'")]
+fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
+    let out = Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("run the chapter");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(message),
+        "expected {message:?} in:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
