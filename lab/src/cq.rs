@@ -612,7 +612,8 @@ wc_status! {
     RetryExcErr = 12, "IBV_WC_RETRY_EXC_ERR",
         "transport retries exhausted: the peer never acknowledged (QP destroyed, process gone, \
          QP in ERR/RESET, wrong GID/QPN, network down) after retry_cnt retries of `timeout` each; \
-         on rxe retry_cnt 7 means retry forever";
+         on rxe retry_cnt 7 means retry forever, and a long RNR wait (peer without a RECV, \
+         rnr_retry 7) also uses up retry_cnt";
     RnrRetryExcErr = 13, "IBV_WC_RNR_RETRY_EXC_ERR",
         "receiver not ready too often: the peer had no RECV posted for a SEND/WRITE_WITH_IMM \
          after rnr_retry retries; post receives before the peer sends (rnr_retry 7 = forever)";
