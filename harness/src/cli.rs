@@ -68,9 +68,10 @@ enum Sub {
     /// Run a command where the rxe device is (starts the lab if needed); its exit status
     /// passes through.
     Exec {
-        /// Node of the pair topology (implies --topology pair).
+        /// Node of the pair topology, a or b (implies --topology pair).
         #[arg(long, short)]
         node: Option<Node>,
+        /// loopback (default) or pair.
         #[arg(long, short)]
         topology: Option<TopoArg>,
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
@@ -446,8 +447,9 @@ fn pick_topology(node: Option<Node>, t: Option<TopoArg>) -> Result<Topology> {
     Ok(match (t, node) {
         (Some(TopoArg::One(t)), _) => t,
         (Some(TopoArg::All), _) => bail!("--topology all: pick one (loopback or pair)"),
-        (None, Some(Node::B)) => Topology::Pair,
-        (None, _) => Topology::Loopback,
+        // Nodes are the pair's: naming one picks the pair topology.
+        (None, Some(_)) => Topology::Pair,
+        (None, None) => Topology::Loopback,
     })
 }
 
