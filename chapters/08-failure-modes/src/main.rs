@@ -89,7 +89,7 @@ pub const CASES: &[Case] = &[
     },
     Case {
         name: "rnr-retry-exceeded",
-        summary: "SEND to a peer with no RECV posted: rnr_retry 2, then 7 (forever)",
+        summary: "SEND to a peer with no RECV posted: rnr_retry 2, then rnr_retry 7 = forever",
         outcome: "IBV_WC_RNR_RETRY_EXC_ERR (13) / no completion",
         run: cases::rnr_retry::run,
     },
@@ -101,13 +101,13 @@ pub const CASES: &[Case] = &[
     },
     Case {
         name: "mtu-too-large",
-        summary: "path MTU 4096 above the port's active MTU 1024 (one device; --serve/--connect: two)",
+        summary: "path MTU 4096 above the port's active MTU 1024, on one device and between two",
         outcome: "IBV_WC_SUCCESS (0) on one device / no completion between nodes",
         run: cases::mtu_too_large::run_loopback,
     },
     Case {
         name: "wrong-gid-index",
-        summary: "the link-local GID (index 0) toward an IPv4 peer",
+        summary: "the link-local GID, index 0, toward an IPv4 peer",
         outcome: "EINVAL (22) at RTR",
         run: cases::wrong_gid_index::run,
     },
@@ -231,7 +231,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
 /// Runs one case: header, steps, result line. Returns whether it behaved as recorded.
 fn run_case(index: usize, case: &Case) -> bool {
     println!(
-        "=== case {} of {}: {} ({})",
+        "=== case {} of {}: {}: {}",
         index + 1,
         CASES.len(),
         case.name,

@@ -59,8 +59,8 @@ pub fn run(r: &mut Report) -> R<()> {
          that use it; share a PD between QPs that may share memory",
     );
     r.hardware(
-        "(a) is typically IBV_WC_LOC_PROT_ERR (4) on a NIC (rxe says LOC_QP_OP_ERR, as for lkey \
-         0); (b) is IBV_WC_REM_ACCESS_ERR everywhere.",
+        "a foreign lkey typically gives IBV_WC_LOC_PROT_ERR (4) on a NIC (rxe says \
+         LOC_QP_OP_ERR, as for lkey 0); a foreign rkey gives IBV_WC_REM_ACCESS_ERR everywhere.",
     );
     Ok(())
 }

@@ -112,7 +112,9 @@ pub fn run(r: &mut Report) -> R<()> {
     a7.destroy()?;
 
     // (c) Recovery: the errored QP of (a) is reset and connected to a new peer.
-    r.step("recover A from (a): ERR -> RESET -> INIT -> RTR (toward a new QP C) -> RTS");
+    r.step(
+        "recover the first A (in ERR since step 3): RESET -> INIT -> RTR toward a new QP C -> RTS",
+    );
     let cq_c = rig.ctx.create_cq(8, None)?;
     let c = rig.pd.create_qp(&QpInitAttr::rc(&cq_c, &cq_c))?;
     let (qa, qc) = (a.qp_num(), c.qp_num());

@@ -115,8 +115,8 @@ pub fn run(r: &mut Report) -> R<()> {
          6) so a missing RECV becomes an error instead of a hang",
     );
     r.hardware(
-        "(a) and (b) are the same on a NIC. (c) is an rxe deviation: per the spec an RNR NAK is \
-         a valid response, so rnr_retry=7 waits forever whatever retry_cnt is.",
+        "steps 1-4 are the same on a NIC. Step 5 is an rxe deviation: per the spec an RNR NAK \
+         is a valid response, so rnr_retry=7 waits forever whatever retry_cnt is.",
     );
     Ok(())
 }
