@@ -657,6 +657,7 @@ fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
 fn run_built(lab: &Lab, ch: &Chapter, exe: &str, extra: &[&str]) -> Result<Transcript> {
     let roles =
         testing::chapter_roles(lab, &ch.package, exe, extra).map_err(|e| anyhow::anyhow!(e))?;
+    let _g = testing::lock(lab);
     let t = testing::run_roles_in(lab, &roles, testing::run_timeout())
         .map_err(|e| anyhow::anyhow!(e))?;
     print!("{}", t.text());

@@ -165,9 +165,55 @@ type Shared = OnceLock<Result<Arc<Lab>, String>>;
 static LABS: [Shared; 2] = [OnceLock::new(), OnceLock::new()];
 static LAB_LOCK: Mutex<()> = Mutex::new(());
 
-/// Serializes use of the labs within this process (rxe devices are shared).
-fn lock() -> MutexGuard<'static, ()> {
-    LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+/// Serializes use of a lab: within this process (a mutex), and across processes that share a
+/// daemon's lab (`cargo lab up` / `cargo lab test`: an exclusive lock on `<state dir>/run.lock`),
+/// since chapters listen on fixed ports and share the rxe device.
+pub struct LabGuard {
+    _process: MutexGuard<'static, ()>,
+    _file: Option<std::fs::File>,
+}
+
+impl std::fmt::Debug for LabGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LabGuard")
+    }
+}
+
+/// Takes the lab's lock (see [`LabGuard`]); held until the guard drops.
+pub fn lock(lab: &Lab) -> LabGuard {
+    let process = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let file = lab.dir.as_ref().and_then(|d| {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(d.join("run.lock"))
+            .ok()?;
+        // Another process runs something in this lab: wait for it, with a deadline (its own
+        // runs have deadlines too).
+        let deadline = Instant::now() + run_timeout() * 2;
+        let mut said = false;
+        loop {
+            match f.try_lock() {
+                Ok(()) => return Some(f),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    if !said {
+                        eprintln!(
+                            "harness: waiting for another process using the lab in {}",
+                            d.display()
+                        );
+                        said = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(_) => return None,
+            }
+        }
+    });
+    LabGuard {
+        _process: process,
+        _file: file,
+    }
 }
 
 /// The lab for a topology, shared by every test of this binary: attached to a running daemon
@@ -265,7 +311,7 @@ pub fn in_lab<F: FnOnce()>(topology: Topology, test_name: &str, body: F) {
         test_name.to_string()
     };
     let lab = lab(topology);
-    let _g = lock();
+    let _g = lock(&lab);
     if lab.provider == Provider::Native {
         body();
         return;
@@ -318,7 +364,7 @@ struct RoleState {
 /// or the lab breaks.
 pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
     let lab = lab(topology);
-    let _g = lock();
+    let _g = lock(&lab);
     match run_roles_in(&lab, &roles, run_timeout()) {
         Ok(t) => t,
         Err(e) => panic!("{e}"),
@@ -326,7 +372,7 @@ pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
 }
 
 /// [`run_roles`] on a given lab, with a given deadline, without the panic or the lock (the CLI
-/// uses it).
+/// uses it; take [`lock`] around it when others may share the lab).
 pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
     let deadline = Instant::now() + limit;
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
@@ -541,7 +587,7 @@ pub fn run_chapter(package: &str, exe: &str, extra_args: &[&str]) -> Transcript 
     let topology = ch.topology().unwrap_or_else(|e| panic!("{e}"));
     let lab = lab(topology);
     let roles = chapter_roles(&lab, package, exe, extra_args).unwrap_or_else(|e| panic!("{e}"));
-    let _g = lock();
+    let _g = lock(&lab);
     match run_roles_in(&lab, &roles, run_timeout()) {
         Ok(t) => t,
         Err(e) => panic!("{e}"),
