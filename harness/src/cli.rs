@@ -456,6 +456,7 @@ fn pick_topology(node: Option<Node>, t: Option<TopoArg>) -> Result<Topology> {
 /// The lab for exec/shell: native, or this workspace's daemon (started if needed).
 fn lab_for_exec(t: Topology) -> Result<Lab> {
     if lab::chosen_provider()? == Provider::Native {
+        lab::ensure_native_device()?;
         return Ok(Lab::native(t));
     }
     let dir = home()?.join(t.name());
@@ -903,7 +904,7 @@ fn libclang_versions() -> Vec<u32> {
 
 fn checks() -> Vec<Check> {
     let mut c = vec![];
-    let native = lab::native_available();
+    let native = lab::native_available() || lab::native_loadable();
     let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
     let want_vm = forced == "vm" || (!native && forced != "native");
     c.push(check(
@@ -913,7 +914,11 @@ fn checks() -> Vec<Check> {
         if want_vm {
             "vm (no RDMA device on this host: chapters run in a QEMU microVM)".into()
         } else {
-            "native (this host has an RDMA device)".into()
+            if lab::native_available() {
+                "native (this host has an RDMA device)".into()
+            } else {
+                "native (rdma_rxe loads here: the harness creates rxe_lab on the default-route netdev)".into()
+            }
         },
         "",
     ));

@@ -66,7 +66,7 @@ fn version_key(v: &str) -> Vec<(u64, String)> {
 }
 
 /// Does this module tree hold rdma_rxe (any compression)?
-fn has_rxe(modules: &Path) -> bool {
+pub fn has_rxe(modules: &Path) -> bool {
     if let Ok(dep) = std::fs::read_to_string(modules.join("modules.dep")) {
         return dep.lines().any(|l| {
             l.split(':')

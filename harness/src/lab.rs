@@ -88,11 +88,82 @@ pub fn native_available() -> bool {
         .unwrap_or(false)
 }
 
-/// `LAB_PROVIDER=vm|native`, else native when an RDMA device exists, else vm.
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Could the native provider create an rxe device here? (root, and the running kernel ships
+/// rdma_rxe: `/lib/modules/$(uname -r)` lists it).
+pub fn native_loadable() -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    is_root()
+        && crate::kernel::has_rxe(&Path::new("/lib/modules").join(rel.trim()))
+        && vm::which("rdma").is_some()
+        && vm::which("modprobe").is_some()
+}
+
+/// The native provider's device: an existing one, else `rxe_lab` created on the default-route
+/// netdev (loads rdma_rxe). A created link is deleted when this process exits (a reaper child,
+/// as for state dirs).
+pub fn ensure_native_device() -> Result<()> {
+    if native_available() {
+        return Ok(());
+    }
+    let ok = |c: &mut std::process::Command| c.status().map(|s| s.success()).unwrap_or(false);
+    if !ok(std::process::Command::new("modprobe").arg("rdma_rxe")) {
+        bail!("cannot load rdma_rxe here; fix: unset LAB_PROVIDER (the VM provider needs none)");
+    }
+    let route = std::process::Command::new("ip")
+        .args(["-o", "route", "show", "default"])
+        .output()
+        .context("ip route")?;
+    let route = String::from_utf8_lossy(&route.stdout).into_owned();
+    let dev = route
+        .split_whitespace()
+        .skip_while(|w| *w != "dev")
+        .nth(1)
+        .context("no default-route netdev to put rxe on")?
+        .to_string();
+    if !ok(std::process::Command::new("rdma")
+        .args(["link", "add", "rxe_lab", "type", "rxe", "netdev", &dev]))
+    {
+        bail!("`rdma link add rxe_lab type rxe netdev {dev}` failed");
+    }
+    use std::os::unix::process::CommandExt as _;
+    if let Ok(mut c) = std::process::Command::new("sh")
+        .args(["-c", "read -r _; rdma link delete rxe_lab", "lab-reaper"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+    {
+        std::mem::forget(c.stdin.take());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let st = std::fs::read_to_string("/sys/class/infiniband/rxe_lab/ports/1/state")
+            .unwrap_or_default();
+        if st.contains("ACTIVE") {
+            eprintln!("harness: created rxe_lab on {dev} (deleted when this process exits)");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("rxe_lab on {dev} did not become ACTIVE within 10 s")
+}
+
+/// `LAB_PROVIDER=vm|native`, else native when an RDMA device exists (or rdma_rxe can be loaded
+/// here as root), else vm.
 pub fn chosen_provider() -> Result<Provider> {
     match std::env::var("LAB_PROVIDER").as_deref() {
         Ok("native") => {
-            if !native_available() {
+            if !native_available() && !native_loadable() {
                 bail!(
                     "LAB_PROVIDER=native but this host has no RDMA device; fix: run \
                      `bash scripts/setup.sh --native` (loads rdma_rxe) or unset LAB_PROVIDER"
@@ -101,7 +172,7 @@ pub fn chosen_provider() -> Result<Provider> {
             Ok(Provider::Native)
         }
         Ok("vm") => Ok(Provider::Vm),
-        Ok("") | Err(_) => Ok(if native_available() {
+        Ok("") | Err(_) => Ok(if native_available() || native_loadable() {
             Provider::Native
         } else {
             Provider::Vm
@@ -233,6 +304,7 @@ impl Lab {
     /// this workspace's `cargo lab up`); else boots VMs here.
     pub fn acquire(topology: Topology, workspace: Option<&Path>) -> Result<Lab> {
         if chosen_provider()? == Provider::Native {
+            ensure_native_device()?;
             return Ok(Lab::native(topology));
         }
         let mut homes = vec![];
