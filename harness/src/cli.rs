@@ -801,6 +801,10 @@ fn test(args: &[String]) -> Result<i32> {
                 }
             }
         }
+        if provider == Provider::Native {
+            // One device for the whole run (test binaries would otherwise each make their own).
+            lab::ensure_native_device()?;
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(&root)
