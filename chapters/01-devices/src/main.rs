@@ -351,11 +351,17 @@ fn run(args: &Args) -> Res<()> {
                 fits.map_or("none".to_string(), |m| m.bytes().to_string()),
             );
             if fits == Some(port.active_mtu) {
+                let jumbo = if port.active_mtu < port.max_mtu {
+                    format!(
+                        " (max_mtu {} would need a jumbo-frame netdev)",
+                        port.max_mtu.bytes()
+                    )
+                } else {
+                    String::new()
+                };
                 say!(
-                    "  so every QP here uses path_mtu <= {} (max_mtu {} would need a jumbo-frame \
-                     netdev)",
-                    port.active_mtu.bytes(),
-                    port.max_mtu.bytes()
+                    "  so every QP here uses path_mtu <= {}{jumbo}",
+                    port.active_mtu.bytes()
                 );
             } else {
                 say!("  (this device does not follow rxe's rule: it is probably a hardware NIC)");
@@ -588,7 +594,7 @@ fn eui64(mac: &str) -> Option<u64> {
 /// One line on what a GID entry is.
 fn describe(e: &GidEntry) -> String {
     if let Some(v4) = e.gid.to_ipv4() {
-        format!("IPv4 {v4}, IPv4-mapped: use this one for RoCE v2 over IPv4")
+        format!("IPv4 {v4}, IPv4-mapped: the kind RoCE v2 over IPv4 needs")
     } else if e.gid.is_link_local() {
         "IPv6 link-local, from the MAC: one link only".to_string()
     } else {
