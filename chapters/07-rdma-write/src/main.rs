@@ -1,0 +1,611 @@
+//! # Chapter 07: one-sided RDMA WRITE, and WRITE_WITH_IMM
+//!
+//! The server registers a region with `IBV_ACCESS_REMOTE_WRITE` and tells the client where it
+//! is: `(addr, len, rkey)`. The client then writes into that memory with `IBV_WR_RDMA_WRITE`.
+//! The server's CPU takes no part: no receive is consumed, **no completion appears on the
+//! server's CQ**, and the server only learns that something happened because the client says
+//! so over TCP. The chapter shows it: the server polls its CQ after the client's "written"
+//! and finds 0 completions, yet the bytes are in its memory.
+//!
+//! Then `IBV_WR_RDMA_WRITE_WITH_IMM`: the same one-sided write, plus a 32-bit immediate value
+//! that *does* consume a receive the server posted and gives it a completion,
+//! `IBV_WC_RECV_RDMA_WITH_IMM`, carrying the immediate and the number of bytes written. That is
+//! how a writer wakes the target when it must.
+//!
+//! Verbs: `ibv_reg_mr` with `IBV_ACCESS_REMOTE_WRITE`; `ibv_post_send` with
+//! `IBV_WR_RDMA_WRITE` and `IBV_WR_RDMA_WRITE_WITH_IMM` (`wr.rdma.remote_addr`, `wr.rdma.rkey`,
+//! `imm_data`); `ibv_post_recv` with no scatter/gather entry at all.
+//!
+//! Run it: `cargo lab run 07`, or in the lab: `ch07-rdma-write --server` in one shell and
+//! `ch07-rdma-write --connect 127.0.0.1` in another.
+//!
+//! ## The seed's mistakes (001 §4), and what really happens on rxe
+//!
+//! Tutorials get one-sided operations wrong in four classic ways. `--mistake NAME` reproduces
+//! each one (both roles accept the flag; the role it concerns acts on it):
+//!
+//! * **`lkey0`**: posting the WRITE from a buffer that was never registered, with `lkey = 0`
+//!   ("the NIC only needs the address"). The local NIC cannot translate the address: the WRITE
+//!   completes with `IBV_WC_LOC_QP_OP_ERR (2)` (not LOC_PROT_ERR), the QP goes to ERR and
+//!   nothing goes on the wire.
+//! * **reading `byte_len` of the WRITE's completion**: it is only defined for receive-side
+//!   completions (and READ/atomics). On rxe it happens to be filled, but nothing promises it:
+//!   the byte count the *target* can trust is in its `IBV_WC_RECV_RDMA_WITH_IMM` completion.
+//!   This program never prints the requester's `byte_len`.
+//! * **`skip-rtr`**: INIT -> RTS directly. `ibv_modify_qp` refuses with `EINVAL (22)`: a QP
+//!   must learn its peer (RTR) before it may send (RTS).
+//! * **`wait-target-cq`**: the server waiting for a completion after a plain WRITE. None ever
+//!   comes (the seed's server hangs forever); here the wait has a 2 s deadline and fails.
+
+use clap::{Parser, ValueEnum};
+use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
+use lab::show;
+use lab::{
+    AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, QpAttr, QpInitAttr,
+    QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WorkCompletion, state,
+};
+use std::fmt::Display;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Size of the server's region. The plain WRITE lands at offset 0, the WRITE_WITH_IMM at
+/// [`IMM_OFFSET`].
+const REGION_LEN: usize = 4096;
+const IMM_OFFSET: usize = 2048;
+/// The two messages the client writes into the server's memory.
+const MSG_WRITE: &str =
+    "Hello from the client! RDMA WRITE put these bytes here while your CPU looked away.";
+const MSG_IMM: &str = "And these came with RDMA WRITE_WITH_IMM, which also consumed your receive.";
+/// The immediate value the client sends with the second write ("0x07": chapter 07).
+const IMM: u32 = 0xc0ff_ee07;
+/// How long the server polls its CQ to show that the plain WRITE produced nothing there.
+const QUIET_POLL: Duration = Duration::from_millis(200);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch07-rdma-write",
+    about = "One-sided RDMA WRITE into a remote region, then WRITE_WITH_IMM",
+    after_help = "Example (in the lab): ch07-rdma-write --server   and   \
+                  ch07-rdma-write --connect 127.0.0.1"
+)]
+struct Opts {
+    /// Run the server: expose a region and wait for a client
+    #[arg(long, conflicts_with = "connect", required_unless_present = "connect")]
+    server: bool,
+    /// Run the client: connect to the server at <host> and write into its region
+    #[arg(long, value_name = "host")]
+    connect: Option<String>,
+    /// TCP port of the exchange
+    #[arg(short = 'p', long, value_name = "port", default_value_t = LAB_PORT)]
+    port: u16,
+    /// RDMA device (default: $LAB_DEVICE, else the first device)
+    #[arg(short = 'd', long = "ib-dev", value_name = "dev")]
+    ib_dev: Option<String>,
+    /// Port of the RDMA device
+    #[arg(short = 'i', long = "ib-port", value_name = "port", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..))]
+    ib_port: u8,
+    /// Our GID index (default: the RoCE v2 IPv4 entry, found by content)
+    #[arg(short = 'g', long = "gid-idx", value_name = "index")]
+    gid_idx: Option<u8>,
+    /// Give up on any wait (accept, connect, a completion, a line) after this many seconds
+    #[arg(long, value_name = "secs", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    timeout: u64,
+    /// Reproduce one of the seed's mistakes (see the README)
+    #[arg(long, value_enum, value_name = "name")]
+    mistake: Option<Mistake>,
+}
+
+/// The seed's mistakes this chapter can reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mistake {
+    /// Client: WRITE from an unregistered buffer with lkey 0
+    Lkey0,
+    /// Client: INIT -> RTS without RTR
+    SkipRtr,
+    /// Server: wait for a completion of the client's plain WRITE
+    WaitTargetCq,
+}
+
+fn main() -> ExitCode {
+    let o = Opts::parse();
+    let result = match &o.connect {
+        Some(host) => client(&o, host),
+        None => server(&o),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What both roles set up the same way: device, GID, PD, CQ, and an RC QP in INIT.
+struct Setup {
+    qp: QueuePair<state::Init>,
+    cq: CompletionQueue,
+    pd: lab::ProtectionDomain,
+    ctx: Context,
+    gid: Gid,
+    psn: u32,
+}
+
+fn open(o: &Opts, role: &str, qp_access: AccessFlags) -> Result<Setup> {
+    let ctx = match &o.ib_dev {
+        Some(name) => Context::open(Some(name)),
+        None => Context::open_default(),
+    }
+    .or_fail("open the device")?;
+    let gid = match o.gid_idx {
+        Some(i) => ctx.query_gid(o.ib_port, u32::from(i)),
+        None => ctx.roce_v2_ipv4_gid(o.ib_port),
+    }
+    .or_fail("find our GID")?;
+    println!(
+        "step 1: {role}: open {} port {}, GID index {} ({})",
+        ctx.name(),
+        o.ib_port,
+        gid.index,
+        show::gid(&gid.gid.raw())
+    );
+    let pd = ctx.alloc_pd().or_fail("allocate a PD")?;
+    let cq = ctx.create_cq(16, None).or_fail("create a CQ")?;
+    let qp = pd
+        .create_qp(&QpInitAttr::rc(&cq, &cq))
+        .or_fail("create the QP")?
+        .to_init(&InitAttr {
+            port: o.ib_port,
+            pkey_index: 0,
+            access: qp_access,
+        })
+        .or_fail("move the QP to INIT")?;
+    Ok(Setup {
+        qp,
+        cq,
+        pd,
+        ctx,
+        gid: gid.gid,
+        psn: random_psn(),
+    })
+}
+
+/// INIT -> RTR (toward the peer's QPN, PSN and GID) -> RTS (with our PSN).
+fn connect(o: &Opts, s: Setup, peer: &Endpoint) -> Result<(QueuePair<state::Rts>, Setup2)> {
+    let mut rtr = RtrAttr::new(peer.qpn, peer.psn, Gid(peer.gid)).port(o.ib_port);
+    if let Some(i) = o.gid_idx {
+        rtr = rtr.sgid_index(i);
+    }
+    let qp =
+        s.qp.to_rtr(&rtr)
+            .or_fail("move the QP to RTR")?
+            .to_rts(&RtsAttr::new(s.psn))
+            .or_fail("move the QP to RTS")?;
+    Ok((
+        qp,
+        Setup2 {
+            cq: s.cq,
+            pd: s.pd,
+            ctx: s.ctx,
+        },
+    ))
+}
+
+/// What is left of [`Setup`] once the QP is connected.
+struct Setup2 {
+    cq: CompletionQueue,
+    pd: lab::ProtectionDomain,
+    ctx: Context,
+}
+
+fn endpoint(name: &str, s: &Setup, regions: Vec<RemoteRegion>) -> Endpoint {
+    Endpoint {
+        name: name.into(),
+        lid: 0,
+        qpn: s.qp.qp_num(),
+        psn: s.psn,
+        gid: s.gid.raw(),
+        regions,
+    }
+}
+
+// =============================================================================================
+// The server: expose memory, then watch it change without being told by the NIC
+// =============================================================================================
+
+fn server(o: &Opts) -> Result<()> {
+    let timeout = Duration::from_secs(o.timeout);
+    // The QP must allow incoming RDMA WRITEs too (qp_access_flags): an MR that allows them is
+    // not enough (a QP without REMOTE_WRITE answers with IBV_WC_REM_INV_REQ_ERR, chapter 08).
+    let s = open(o, "server", AccessFlags::REMOTE_WRITE)?;
+
+    // REMOTE_WRITE lets a peer holding the rkey write here; it requires LOCAL_WRITE too.
+    let mr =
+        s.pd.reg_mr(
+            REGION_LEN,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .or_fail("register the region")?;
+    let region = mr.remote();
+    println!(
+        "step 2: register a {REGION_LEN}-byte region with IBV_ACCESS_LOCAL_WRITE | \
+         IBV_ACCESS_REMOTE_WRITE: {} len={} {}",
+        show::addr(region.addr),
+        region.len,
+        show::rkey(region.rkey)
+    );
+
+    // One receive, for the WRITE_WITH_IMM to come. It needs no buffer at all (0 SGEs): the
+    // data goes where the writer says; the receive only provides the completion.
+    s.qp.post_recv_one(RecvWr::new(1, &[]))
+        .or_fail("post a receive")?;
+    println!(
+        "step 3: create a CQ and an RC QP that accepts remote writes; post 1 receive with no \
+         buffer (a plain WRITE consumes none; WRITE_WITH_IMM consumes one)"
+    );
+
+    let listener = Listener::bind(o.port).or_fail(format!("listen on TCP port {}", o.port))?;
+    println!("step 4: listening on TCP port {} for the client", o.port);
+    let mut oob = listener.accept(timeout).or_fail("accept the client")?;
+    let peer = from_client(oob.recv_msg(timeout), "receive the client's endpoint")?;
+    println!(
+        "  client: {} {} {}",
+        show::qpn(peer.qpn),
+        show::psn(peer.psn),
+        show::gid(&peer.gid)
+    );
+    // Connect before answering: once the client has our endpoint it may write at once.
+    let me = endpoint("server", &s, vec![region]);
+    let (qp, rest) = connect(o, s, &peer)?;
+    oob.send_msg(&me, timeout)
+        .or_fail("send our endpoint and region")?;
+    println!(
+        "step 5: QP connected (RTR, RTS); sent the client our {}, {} and the region ({}, len={}, \
+         {})",
+        show::qpn(me.qpn),
+        show::psn(me.psn),
+        show::addr(region.addr),
+        region.len,
+        show::rkey(region.rkey)
+    );
+
+    // ---- the plain RDMA WRITE: nothing on our side knows ------------------------------------
+    from_client(
+        oob.expect_line("written", timeout),
+        "wait for the client's \"written\"",
+    )?;
+    println!("step 6: the client says \"written\" (over TCP: the NIC told us nothing)");
+    if o.mistake == Some(Mistake::WaitTargetCq) {
+        // The seed's server: "wait for the write to complete". It would wait forever.
+        let wait = Duration::from_secs(2);
+        println!("mistake wait-target-cq: wait for a completion of the client's WRITE ...");
+        let mut wc = [WorkCompletion::default()];
+        return match rest
+            .cq
+            .poll_exact_for(&mut wc, wait, "the client's RDMA WRITE")
+        {
+            Ok(()) => Err(Failure(format!(
+                "unexpected completion {} {}",
+                wc[0].opcode, wc[0].status
+            ))),
+            Err(e) => Err(Failure(format!(
+                "{e}\n  hint: an RDMA WRITE completes only at the side that posted it; the \
+                 target's CPU and CQ are not involved. Wait for a message from the writer (a \
+                 SEND, a WRITE_WITH_IMM, or TCP) instead"
+            ))),
+        };
+    }
+    let n = quiet_poll(&rest.cq, QUIET_POLL)?;
+    if n != 0 {
+        return Err(Failure(format!(
+            "{n} completion(s) on the server's CQ after a plain WRITE: expected none"
+        )));
+    }
+    println!(
+        "step 7: poll our CQ for {} ms: 0 completions, and our receive is still posted; yet \
+         the bytes are in our memory:",
+        QUIET_POLL.as_millis()
+    );
+    let written = read_cstr(&mr, 0)?;
+    print_landed(&written);
+    if written != MSG_WRITE.as_bytes() {
+        return Err(Failure(
+            "the region does not hold the client's message".into(),
+        ));
+    }
+    oob.send_line("cq-checked", timeout)
+        .or_fail("tell the client to go on")?;
+
+    // ---- WRITE_WITH_IMM: the same write, plus a completion for us ---------------------------
+    let wc = rest
+        .cq
+        .wait_one(timeout)
+        .or_fail("wait for the WRITE_WITH_IMM's completion")?
+        .ok()
+        .or_fail("complete the receive of the WRITE_WITH_IMM")?;
+    let imm = wc.imm();
+    println!(
+        "step 8: a completion: {}, {}, imm=0x{:08x}, byte_len={}, flags {} (it consumed our \
+         receive, wr_id {})",
+        wc.opcode,
+        wc.status,
+        imm.unwrap_or(0),
+        wc.byte_len,
+        wc.flags,
+        wc.wr_id
+    );
+    if wc.opcode != WcOpcode::RecvRdmaWithImm || imm != Some(IMM) {
+        return Err(Failure(format!(
+            "expected IBV_WC_RECV_RDMA_WITH_IMM with imm=0x{IMM:08x}"
+        )));
+    }
+    // byte_len of a *receive-side* completion is defined: how many bytes were written.
+    let mut landed = vec![0u8; wc.byte_len as usize];
+    mr.read_into(IMM_OFFSET, &mut landed)
+        .or_fail("read the region")?;
+    println!(
+        "  at offset {IMM_OFFSET} ({} bytes, from byte_len):",
+        wc.byte_len
+    );
+    print_landed(&landed);
+    if landed != MSG_IMM.as_bytes() {
+        return Err(Failure(
+            "the region does not hold the client's second message".into(),
+        ));
+    }
+
+    oob.send_line(
+        &format!("checksums {:08x} {:08x}", fnv1a(&written), fnv1a(&landed)),
+        timeout,
+    )
+    .or_fail("send the checksums")?;
+    from_client(
+        oob.expect_line("done", timeout),
+        "wait for the client's \"done\"",
+    )?;
+    println!("step 9: sent the client our checksums; it says \"done\"");
+
+    qp.destroy().or_fail("destroy the QP")?;
+    mr.dereg().or_fail("deregister the region")?;
+    close(rest)?;
+    println!("step 10: destroy the QP, deregister the region, destroy the CQ, free the PD");
+    Ok(())
+}
+
+/// `.or_fail` for reads from the client: a client that gave up (a mistake, a crash) closes
+/// the connection; say so without its ephemeral TCP port, which differs on every run.
+fn from_client<T>(r: std::result::Result<T, ExchangeError>, what: &str) -> Result<T> {
+    match r {
+        Err(ExchangeError::PeerClosed { .. }) => Err(Failure(format!(
+            "cannot {what}: the client closed the connection (did it fail? see its output)"
+        ))),
+        other => other.or_fail(what),
+    }
+}
+
+/// Polls the CQ for `d` without waiting for anything in particular; returns how many
+/// completions arrived.
+fn quiet_poll(cq: &CompletionQueue, d: Duration) -> Result<usize> {
+    let start = Instant::now();
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut n = 0;
+    while start.elapsed() < d {
+        n += cq.poll_into(&mut wcs).or_fail("poll the CQ")?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(n)
+}
+
+/// The bytes at `offset` up to the first zero byte (the region started zeroed, and a plain
+/// WRITE tells the target nothing, not even a length).
+fn read_cstr(mr: &MemoryRegion, offset: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; REGION_LEN - offset];
+    // Volatile reads: the NIC changed this memory behind the compiler's back.
+    mr.read_into(offset, &mut buf).or_fail("read the region")?;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    buf.truncate(end);
+    Ok(buf)
+}
+
+fn print_landed(bytes: &[u8]) {
+    println!("  \"{}\"", String::from_utf8_lossy(bytes));
+    println!("  ({} bytes, fnv1a=0x{:08x})", bytes.len(), fnv1a(bytes));
+}
+
+// =============================================================================================
+// The client: write into the server's memory
+// =============================================================================================
+
+fn client(o: &Opts, host: &str) -> Result<()> {
+    let timeout = Duration::from_secs(o.timeout);
+    // This side accepts no remote operation: its QP's access flags stay empty.
+    let s = open(o, "client", AccessFlags::empty())?;
+
+    // The source of a WRITE must be registered too (the NIC reads it through the lkey), but
+    // it needs no access flag: local read access is implied.
+    let mut src =
+        s.pd.reg_mr(REGION_LEN, AccessFlags::empty())
+            .or_fail("register the source buffer")?;
+    src.as_mut_slice()[..MSG_WRITE.len()].copy_from_slice(MSG_WRITE.as_bytes());
+    src.as_mut_slice()[IMM_OFFSET..IMM_OFFSET + MSG_IMM.len()].copy_from_slice(MSG_IMM.as_bytes());
+    println!(
+        "step 2: register a {REGION_LEN}-byte source buffer (no access flags: the NIC only \
+         reads it) {} and put our two messages in it",
+        show::lkey(src.lkey())
+    );
+
+    let me = endpoint("client", &s, vec![]);
+    let (mut oob, server) = OobStream::connect_exchange(host, o.port, &me, timeout)
+        .or_fail(format!("exchange endpoints with {host}:{}", o.port))?;
+    let Some(&region) = server.regions.first() else {
+        return Err(Failure("the server sent no region".into()));
+    };
+    println!(
+        "step 3: exchange endpoints with {host}:{}: server {} {}, region {} len={} {}",
+        o.port,
+        show::qpn(server.qpn),
+        show::psn(server.psn),
+        show::addr(region.addr),
+        region.len,
+        show::rkey(region.rkey)
+    );
+    // Bounds-check before posting: a WRITE past the end of the region is refused by the
+    // target as a whole (IBV_WC_REM_ACCESS_ERR) and kills both QPs.
+    let (Some(dst_write), Some(dst_imm)) = (
+        region.addr_of(0, MSG_WRITE.len() as u64),
+        region.addr_of(IMM_OFFSET as u64, MSG_IMM.len() as u64),
+    ) else {
+        return Err(Failure(format!(
+            "the server's region ({} bytes) is too small",
+            region.len
+        )));
+    };
+
+    if o.mistake == Some(Mistake::SkipRtr) {
+        // The seed: "INIT -> RTS, RTR is only for receiving". ibv_modify_qp says otherwise.
+        println!("mistake skip-rtr: move the QP from INIT straight to RTS ...");
+        let attr = QpAttr::new()
+            .state(QpState::Rts)
+            .timeout(14)
+            .retry_cnt(6)
+            .rnr_retry(6)
+            .sq_psn(s.psn)
+            .max_rd_atomic(1);
+        return match s.qp.modify(&attr) {
+            Ok(()) => Err(Failure("INIT -> RTS was accepted: unexpected".into())),
+            Err(e) => Err(Failure(format!(
+                "{e}\n  hint: RTR is where a QP learns its peer (dest QPN, PSN, GID, path MTU); \
+                 a QP cannot send before it knows where to"
+            ))),
+        };
+    }
+    let (qp, rest) = connect(o, s, &server)?;
+    println!("step 4: QP connected (RTR, RTS)");
+
+    // ---- RDMA WRITE ------------------------------------------------------------------------
+    let unregistered = MSG_WRITE.as_bytes().to_vec();
+    let sge = [if o.mistake == Some(Mistake::Lkey0) {
+        // The seed: "just pass the buffer's address; lkey 0 is fine for a local buffer".
+        println!("mistake lkey0: post the WRITE from an unregistered buffer with lkey 0 ...");
+        Sge::raw(unregistered.as_ptr() as u64, unregistered.len() as u32, 0)
+    } else {
+        src.sge(0..MSG_WRITE.len())
+    }];
+    qp.post_send_one(SendWr::write(1, &sge, dst_write, region.rkey))
+        .or_fail("post the RDMA WRITE")?;
+    let wc = rest
+        .cq
+        .wait_one(timeout)
+        .or_fail("wait for the WRITE's completion")?;
+    if o.mistake == Some(Mistake::Lkey0) {
+        return Err(Failure(format!(
+            "the WRITE completed with {}: {}\n  hint: every SGE needs the lkey of a registered \
+             region that covers it; lkey 0 on rxe is not a key at all",
+            wc.status,
+            wc.status.explanation()
+        )));
+    }
+    let wc = wc.ok().or_fail("complete the RDMA WRITE")?;
+    // Note what is NOT printed: wc.byte_len. For an RDMA WRITE's requester completion it is
+    // not defined (rxe happens to fill it; nothing promises that).
+    println!(
+        "step 5: RDMA WRITE of {} bytes to the server's {} with its {}: our completion is {}, {}",
+        MSG_WRITE.len(),
+        show::addr(dst_write),
+        show::rkey(region.rkey),
+        wc.opcode,
+        wc.status
+    );
+    oob.send_line("written", timeout)
+        .or_fail("tell the server \"written\"")?;
+    oob.expect_line("cq-checked", timeout)
+        .or_fail("wait for the server's \"cq-checked\"")?;
+    println!("step 6: told the server \"written\" over TCP; it checked its CQ");
+
+    // ---- RDMA WRITE_WITH_IMM -----------------------------------------------------------------
+    let sge = [src.sge(IMM_OFFSET..IMM_OFFSET + MSG_IMM.len())];
+    qp.post_send_one(SendWr::write_with_imm(2, &sge, dst_imm, region.rkey, IMM))
+        .or_fail("post the RDMA WRITE_WITH_IMM")?;
+    let wc = rest
+        .cq
+        .wait_one(timeout)
+        .or_fail("wait for the WRITE_WITH_IMM's completion")?
+        .ok()
+        .or_fail("complete the RDMA WRITE_WITH_IMM")?;
+    println!(
+        "step 7: RDMA WRITE_WITH_IMM of {} bytes to {} with imm=0x{IMM:08x}: our completion is \
+         {}, {}",
+        MSG_IMM.len(),
+        show::addr(dst_imm),
+        wc.opcode,
+        wc.status
+    );
+
+    // ---- did the bytes arrive intact? -------------------------------------------------------
+    let line = oob
+        .recv_line(timeout)
+        .or_fail("receive the server's checksums")?;
+    let want = format!(
+        "checksums {:08x} {:08x}",
+        fnv1a(MSG_WRITE.as_bytes()),
+        fnv1a(MSG_IMM.as_bytes())
+    );
+    if line != want {
+        return Err(Failure(format!(
+            "the server's checksums {line:?} differ from ours {want:?}"
+        )));
+    }
+    oob.send_line("done", timeout).or_fail("send \"done\"")?;
+    println!(
+        "step 8: the server's checksums match ours (fnv1a=0x{:08x}, fnv1a=0x{:08x}); sent \"done\"",
+        fnv1a(MSG_WRITE.as_bytes()),
+        fnv1a(MSG_IMM.as_bytes())
+    );
+
+    qp.destroy().or_fail("destroy the QP")?;
+    src.dereg().or_fail("deregister the source buffer")?;
+    close(rest)?;
+    println!("step 9: destroy the QP, deregister the buffer, destroy the CQ, free the PD");
+    Ok(())
+}
+
+fn close(rest: Setup2) -> Result<()> {
+    rest.cq.destroy().or_fail("destroy the CQ")?;
+    rest.pd.dealloc().or_fail("free the PD")?;
+    rest.ctx.close().or_fail("close the device")?;
+    Ok(())
+}
+
+/// 32-bit FNV-1a: a small checksum both sides compute over the bytes.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// A random 24-bit starting PSN (the harness redacts it as `[PSN#n]`).
+fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() & 0xff_ffff) as u32
+}
+
+/// A failure: the message printed after `error: `, exit status 1.
+struct Failure(String);
+
+type Result<T> = std::result::Result<T, Failure>;
+
+/// `.or_fail("move the QP to RTR")`: what we were doing, then lab's error (the verb, the
+/// errno and a hint).
+trait OrFail<T> {
+    fn or_fail(self, what: impl Display) -> Result<T>;
+}
+
+impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
+    fn or_fail(self, what: impl Display) -> Result<T> {
+        self.map_err(|e| Failure(format!("cannot {what}: {e}")))
+    }
+}
