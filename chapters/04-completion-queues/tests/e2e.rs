@@ -4,6 +4,7 @@
 //!
 //! - `chapter`: the chapter as `cargo lab run 04` runs it, and with a smaller run and a window
 //!   of 1 (one WRITE in flight): the event rules must hold the same way.
+//! - `counts`: `--counts` adds the run-dependent figures (asserted, not snapshotted).
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
 use std::process::Command;
@@ -56,6 +57,21 @@ fn chapter(#[case] name: &str, #[case] args: &[&str]) {
                 "unredacted {label} in\n{red}"
             );
         }
+    }
+}
+
+/// `--counts` prints figures that vary run to run: no snapshot, but they must be there (and
+/// the run must still pass every check).
+#[test]
+fn counts() {
+    let t = run_chapter("ch04-completion-queues", EXE, &["--counts", "-n", "200"]);
+    t.assert_success();
+    let out = &t.sections[0].stdout;
+    for fact in [
+        "counts (vary run to run): ibv_poll_cq loops=",
+        "counts (vary run to run): events=",
+    ] {
+        assert!(out.contains(fact), "missing {fact:?} in\n{t}");
     }
 }
 
