@@ -65,6 +65,7 @@ fn serve(
         }
     });
     let runner = Runner::new(sink.clone(), base_env);
+    let mut seen = Seen::default();
     loop {
         let frame = match proto::read_frame(&mut input) {
             Ok(Some(f)) => f,
@@ -82,7 +83,15 @@ fn serve(
             }
         };
         match req {
-            Request::Run(r) => runner.run(r),
+            Request::Run(r) => {
+                if guest && seen.changed(&r) {
+                    // A program was rebuilt on the host since we last ran it: the overlay's
+                    // cached dentry still points at the old file's pages (9p does not tell the
+                    // guest), and running it would crash. Drop dentries, inodes and their pages.
+                    let _ = fs::write("/proc/sys/vm/drop_caches", "2");
+                }
+                runner.run(r)
+            }
             Request::Kill { id } => runner.kill(id),
             Request::Ping => {
                 let setup = setup.clone();
@@ -110,6 +119,31 @@ fn serve(
     }
     runner.kill_all();
     false
+}
+
+/// What the files named in commands looked like when last run (size, mtime, inode).
+#[derive(Default)]
+struct Seen(std::collections::HashMap<std::path::PathBuf, (u64, i64, i64, u64)>);
+
+impl Seen {
+    /// Records the files a command names (arguments with a `/` that are regular files); true
+    /// if one of them changed since it was last recorded.
+    fn changed(&mut self, r: &proto::RunRequest) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut changed = false;
+        for a in r.argv.iter().filter(|a| a.contains('/')) {
+            let p = std::path::Path::new(&r.cwd).join(a);
+            let Ok(m) = fs::metadata(&p) else { continue };
+            if !m.is_file() {
+                continue;
+            }
+            let now = (m.len(), m.mtime(), m.mtime_nsec(), m.ino());
+            if let Some(old) = self.0.insert(p, now) {
+                changed |= old != now;
+            }
+        }
+        changed
+    }
 }
 
 fn guest() {

@@ -136,3 +136,34 @@ fn pair_rc_pingpong_between_nodes() {
         "{t}"
     );
 }
+
+#[test]
+fn a_program_rebuilt_on_the_host_runs_fresh_in_the_lab() {
+    // The guest caches a file's pages behind the overlay; a rebuilt binary must not run with the
+    // old binary's pages (it would crash). Under target/, which the lab sees.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fresh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join("prog");
+    let p = prog.to_string_lossy().into_owned();
+    let run = |arg: &str| {
+        run_roles(
+            Topology::Loopback,
+            vec![Role::new("prog", [p.as_str(), arg])],
+        )
+    };
+    std::fs::copy("/bin/true", &prog).unwrap();
+    run("x").assert_success();
+    // Replaced by a new file (new inode), as linkers do.
+    std::fs::remove_file(&prog).unwrap();
+    std::fs::copy("/bin/echo", &prog).unwrap();
+    let t = run("fresh");
+    t.assert_success();
+    assert_eq!(t.section("prog").stdout, "fresh\n");
+    // Rewritten in place (same inode).
+    std::fs::copy("/bin/true", &prog).unwrap();
+    let t = run("quiet");
+    t.assert_success();
+    assert_eq!(t.section("prog").stdout, "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
