@@ -676,8 +676,7 @@ fn lost_wakeup(rig: &Rig) -> Res<()> {
 /// Step 7.
 fn solicited_only(rig: &Rig) -> Res<()> {
     // B's CQ is disarmed now (the last event disarmed it). Arm it for solicited completions
-    // only: ibv_req_notify_cq(cq, 1). Careful: a CQ already armed for *every* completion stays
-    // so; solicited_only cannot narrow an arming that is in place.
+    // only: ibv_req_notify_cq(cq, 1). (Only because it is disarmed: see the end of this step.)
     post_recvs(rig, 110..113)?;
     rig.rcq.req_notify(true)?;
     println!("  B posted 3 RECVs and armed its CQ with solicited_only=1");
@@ -701,7 +700,20 @@ fn solicited_only(rig: &Rig) -> Res<()> {
         WcOpcode::Recv
     );
     println!("  the earlier ones were waiting in the CQ and came along");
-    println!("  (a receive that fails also wakes a solicited-only CQ: errors are never silent)");
+
+    // Arming requests combine: a CQ armed for every completion stays armed that way when
+    // asked for solicited completions only (the request cannot narrow an arming in place).
+    post_recvs(rig, 113..114)?;
+    rig.rcq.req_notify(false)?;
+    rig.rcq.req_notify(true)?;
+    send_and_wait(rig, 213, false)?;
+    let ev = rig.rcq.get_event(WAIT)?;
+    ev.ack();
+    drain_recvs(rig, 113, 1)?;
+    println!("  armed for every completion, then for solicited only: an unsolicited SEND still");
+    println!(
+        "  woke B (one event, acked): a solicited-only request cannot narrow an arming in place"
+    );
     Ok(())
 }
 

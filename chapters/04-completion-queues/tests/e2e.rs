@@ -39,6 +39,7 @@ fn chapter(#[case] name: &str, #[case] args: &[&str]) {
         // Solicited-only.
         "A sent 2 SENDs without IBV_SEND_SOLICITED: both received, no event (300 ms)".into(),
         "A sent a 3rd SEND with IBV_SEND_SOLICITED: one event, acked".into(),
+        "an unsolicited SEND still\n  woke B (one event, acked)".into(),
         // Acks before destroy.
         "unacknowledged events = 1".into(),
         "1 completion event(s) not acknowledged: ibv_destroy_cq would block forever".into(),
