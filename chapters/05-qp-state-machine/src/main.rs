@@ -227,13 +227,15 @@ fn run() -> Res<()> {
     // lab's typed API only lets a QueuePair<Rts> send; post_send_any_state is the escape
     // hatch for showing what the C API lets you do.
     let ghost_sge = [mr.sge(A_MSGS..A_MSGS + 5)];
-    match qa.post_send_any_state(&mut [SendWr::send(1, &ghost_sge)]) {
+    // lab's error carries a hint for this EINVAL; we keep it for after the surprise.
+    let ghost_hint = match qa.post_send_any_state(&mut [SendWr::send(1, &ghost_sge)]) {
         Err(e) if e.errno().map(|e| e.0) == Some(22) => {
             println!("  ibv_post_send(\"ghost\", wr_id 1) failed: {}", errno(&e));
+            e.hint().unwrap_or("(none)").to_string()
         }
         Err(e) => return Err(e.into()),
         Ok(()) => return Err("ibv_post_send in RTR succeeded".into()),
-    }
+    };
     expect_quiet(&cq_a, &cq_b)?;
     println!(
         "  nothing completes on A, nothing arrives at B ({} ms): it looks refused",
@@ -281,6 +283,8 @@ fn run() -> Res<()> {
     println!("  the \"failed\" SEND went out: rxe had queued it and the next doorbell sent both");
     println!("  (EINVAL from ibv_post_send did not mean \"nothing was queued\": never post");
     println!("  before RTS, and treat any post error as fatal for the QP)");
+    println!("  lab's hint for that EINVAL (held back until now):");
+    println!("    {ghost_hint}");
     println!();
 
     // -----------------------------------------------------------------------------------------
