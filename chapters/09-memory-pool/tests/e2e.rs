@@ -8,11 +8,13 @@ use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch09-memory-pool");
 
-/// The default run (2 clients, 8 blocks of 4 KiB) and a bigger one; both are snapshots of the
+/// The default run (2 clients, 8 blocks of 4 KiB) and two others; both are snapshots of the
 /// redacted transcript, plus the facts the chapter is about, asserted one by one.
 #[rstest]
 #[case::default("default", &[], 8)]
 #[case::three_clients("three_clients", &["--clients", "3", "--blocks", "7", "--block-size", "1024"], 7)]
+// More blocks per worker (36) than it keeps in flight (32): the window must hold.
+#[case::many_small_blocks("many_small_blocks", &["--blocks", "72", "--block-size", "64"], 72)]
 fn pool_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] blocks: usize) {
     let t = run_chapter("ch09-memory-pool", EXE, args);
     insta::assert_snapshot!(name, t.redacted());
