@@ -593,3 +593,71 @@ pub fn run_chapter(package: &str, exe: &str, extra_args: &[&str]) -> Transcript 
         Err(e) => panic!("{e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> Transcript {
+        Transcript {
+            sections: vec![
+                Section {
+                    name: "server".into(),
+                    exit_code: 0,
+                    stdout: "listening on 127.0.0.1\nlocal qpn=0x000011\nremote qpn=0x000012"
+                        .into(),
+                    stderr: String::new(),
+                },
+                Section {
+                    name: "client".into(),
+                    exit_code: 2,
+                    stdout: "local qpn=0x000012\nremote qpn=0x000011\n".into(),
+                    stderr: "warning: x\n".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn redacted_has_sections_exit_codes_and_shared_numbering() {
+        insta::assert_snapshot!(t().redacted(), @r"
+        == server (exit 0)
+        listening on 127.0.0.1
+        local qpn=[QPN#1]
+        remote qpn=[QPN#2]
+        == client (exit 2)
+        local qpn=[QPN#2]
+        remote qpn=[QPN#1]
+        -- stderr
+        warning: x
+        ");
+    }
+
+    #[test]
+    fn section_and_success() {
+        let t = t();
+        assert_eq!(t.section("client").exit_code, 2);
+        assert!(!t.success());
+        let r = std::panic::catch_unwind(|| {
+            t.assert_success();
+        });
+        assert!(r.is_err());
+        let r = std::panic::catch_unwind(|| {
+            t.section("nope");
+        });
+        let msg = r.unwrap_err().downcast::<String>().unwrap();
+        assert!(msg.contains("\"server\", \"client\""), "{msg}");
+    }
+
+    #[test]
+    fn role_builder() {
+        let r = Role::new("client", ["x", "-g", "1"])
+            .on(Node::B)
+            .ready("go")
+            .env("A", "1");
+        assert_eq!(r.node, Node::B);
+        assert_eq!(r.argv, ["x", "-g", "1"]);
+        assert_eq!(r.ready.as_deref(), Some("go"));
+        assert_eq!(r.env, [("A".to_string(), "1".to_string())]);
+    }
+}

@@ -72,7 +72,7 @@ impl VmOptions {
                 Ok("tcg") => Some(Accel::Tcg),
                 _ => None,
             },
-            boot_timeout: Duration::from_secs(env_num("LAB_BOOT_TIMEOUT_SECS").unwrap_or(120)),
+            boot_timeout: Duration::from_secs(env_num("LAB_BOOT_TIMEOUT_SECS").unwrap_or(180)),
             pcap: std::env::var_os("LAB_PCAP").map(PathBuf::from),
         }
     }
