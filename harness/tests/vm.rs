@@ -167,3 +167,58 @@ fn a_program_rebuilt_on_the_host_runs_fresh_in_the_lab() {
     assert_eq!(t.section("prog").stdout, "");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn cli_up_exec_status_down_leaves_nothing_running() {
+    // A daemon lab in a private state dir: the path `cargo lab up` and `cargo lab test` take.
+    let home = std::env::temp_dir().join(format!("rxe-lab-clitest.{}", std::process::id()));
+    let lab = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cargo-lab"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("LAB_STATE_DIR", &home)
+            .env("LAB_PROVIDER", "vm")
+            .output()
+            .unwrap()
+    };
+    let up = lab(&["up"]);
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let ex = lab(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "cat /sys/class/infiniband/rxe0/ports/1/state; exit 5",
+    ]);
+    assert_eq!(ex.status.code(), Some(5), "exit status passes through");
+    assert_eq!(String::from_utf8_lossy(&ex.stdout).trim(), "4: ACTIVE");
+    let st = lab(&["status"]);
+    assert!(String::from_utf8_lossy(&st.stdout).contains("loopback  up"));
+    let info = std::fs::read_to_string(home.join("loopback/info")).unwrap();
+    let pids: Vec<u32> = info
+        .split("qemu pids [")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .split(", ")
+        .map(|p| {
+            p.trim_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(!pids.is_empty());
+    let down = lab(&["down"]);
+    assert!(down.status.success());
+    for p in pids {
+        assert!(
+            !harness::vm::pid_alive(p),
+            "qemu {p} still running after down"
+        );
+    }
+    assert!(!home.exists(), "state dir left behind");
+}
