@@ -189,26 +189,23 @@ pub fn lock(lab: &Lab) -> LabGuard {
             .write(true)
             .open(d.join("run.lock"))
             .ok()?;
-        // Another process runs something in this lab: wait for it, with a deadline (its own
-        // runs have deadlines too).
-        let deadline = Instant::now() + run_timeout() * 2;
-        let mut said = false;
-        loop {
-            match f.try_lock() {
-                Ok(()) => return Some(f),
-                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    if !said {
-                        eprintln!(
-                            "harness: waiting for another process using the lab in {}",
-                            d.display()
-                        );
-                        said = true;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(_) => return None,
-            }
+        // Another process may be running something in this lab: wait for it (its runs have
+        // deadlines too), blocked in flock so the kernel wakes us as soon as it is released.
+        if f.try_lock().is_ok() {
+            return Some(f);
         }
+        eprintln!(
+            "harness: waiting for another process using the lab in {}",
+            d.display()
+        );
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            if f.lock().is_ok() {
+                // If the waiter gave up, dropping the file releases the lock at once.
+                let _ = tx.send(f);
+            }
+        });
+        rx.recv_timeout(run_timeout() * 2).ok()
     });
     LabGuard {
         _process: process,
