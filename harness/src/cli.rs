@@ -322,6 +322,10 @@ fn wait_daemon(
         }
         if let Some(st) = child.try_wait()? {
             let log = vm::tail(&dir.join("daemon.log"), 40);
+            let _ = std::fs::remove_dir_all(dir);
+            if let Some(home) = dir.parent() {
+                let _ = std::fs::remove_dir(home);
+            }
             bail!(
                 "the {} lab did not start ({st}):\n{log}\nnext: `cargo lab doctor` shows what is \
                  missing",

@@ -227,24 +227,42 @@ impl Lab {
     pub fn boot_in(topology: Topology, opts: &VmOptions, dir: PathBuf, owned: bool) -> Result<Lab> {
         let t0 = Instant::now();
         let plan = vm::plan(topology, opts)?;
+        // One retry: under TCG on a loaded host an early kernel check can still fail now and
+        // then; a second boot usually succeeds. The first attempt's logs are kept.
+        let keep = std::env::temp_dir().join(format!(
+            "rxe-lab-failed-boot.{}.{}",
+            std::process::id(),
+            topology.name()
+        ));
+        let save_logs = || {
+            let _ = std::fs::create_dir_all(&keep);
+            for f in ["console-a.log", "console-b.log", "qemu-a.log", "qemu-b.log"] {
+                let _ = std::fs::copy(dir.join(f), keep.join(f));
+            }
+        };
         let booted = match vm::boot(topology, opts, &plan, &dir) {
             Ok(b) => b,
-            Err(e) => {
-                if owned {
-                    // Keep the logs for diagnosis in a place that survives us.
-                    let keep = std::env::temp_dir().join(format!(
-                        "rxe-lab-failed-boot.{}.{}",
-                        std::process::id(),
-                        topology.name()
-                    ));
-                    let _ = std::fs::create_dir_all(&keep);
-                    for f in ["console-a.log", "console-b.log", "qemu-a.log", "qemu-b.log"] {
-                        let _ = std::fs::copy(dir.join(f), keep.join(f));
+            Err(first) => {
+                save_logs();
+                eprintln!(
+                    "harness: the {} lab failed to boot ({}); retrying once (logs in {})",
+                    topology.name(),
+                    first.to_string().lines().next().unwrap_or(""),
+                    keep.display()
+                );
+                match vm::boot(topology, opts, &plan, &dir) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        save_logs();
+                        if owned {
+                            let _ = std::fs::remove_dir_all(&dir);
+                        }
+                        return Err(e.context(format!(
+                            "two boots failed; logs kept in {}",
+                            keep.display()
+                        )));
                     }
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(e.context(format!("logs kept in {}", keep.display())));
                 }
-                return Err(e);
             }
         };
         let mut nodes = vec![];
