@@ -42,7 +42,14 @@ pub fn run(r: &mut Report) -> R<()> {
     let mut others = Vec::new();
     let until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < until {
-        match rig.ctx.get_async_event(Duration::from_secs(1))? {
+        // The first event may take a while on a loaded machine; after it, 1 s of silence
+        // means the device is done.
+        let wait = if cq_errs == 0 && others.is_empty() {
+            10
+        } else {
+            1
+        };
+        match rig.ctx.get_async_event(Duration::from_secs(wait))? {
             Some(ev)
                 if ev.kind == AsyncEventType::CqErr && p.cq_a.is_async_element(&ev.element) =>
             {
