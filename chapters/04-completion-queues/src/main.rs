@@ -265,7 +265,7 @@ fn run(args: &Args) -> Res<()> {
     if rig.rcq.poll_one()?.is_some() {
         return Err("a completion on B's CQ: an RDMA WRITE should produce none there".into());
     }
-    println!("  the data landed in B's buffer; B's CPU took no part (no completion on B)");
+    println!("  the data landed in B's buffer; B posted nothing and got no completion (one-sided)");
     expect_no_event(&rig.scq, "the send CQ, never armed")?;
     println!(
         "  the channel stayed silent ({} ms): a CQ raises events only when armed",
