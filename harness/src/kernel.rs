@@ -96,6 +96,16 @@ pub fn find_kernel_in(boot: &Path, modules_root: &Path) -> Result<Kernel> {
         }
     }
     found.sort_by_key(|k| version_key(&k.version));
+    if let Some(k) = found.last()
+        && std::fs::File::open(&k.image).is_err()
+    {
+        bail!(
+            "{} is not readable by this user (Ubuntu installs kernel images mode 0600); fix: \
+             sudo chmod 0644 {}",
+            k.image.display(),
+            k.image.display()
+        );
+    }
     found.pop().ok_or_else(|| {
         anyhow::anyhow!(
             "no kernel with rdma_rxe found ({}/vmlinuz-* with {}/<version>/.../rdma_rxe.ko*); \
