@@ -509,6 +509,9 @@ fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
         .map_err(|e| anyhow::anyhow!(e))?;
     let stop = interrupted();
     let mut killed = false;
+    // No deadline (an interactive command may run for hours), but a lab that dies or hangs
+    // under it ends the wait in seconds.
+    let mut hb = lab::Heartbeat::new(lab);
     loop {
         if stop.load(Ordering::SeqCst) && !killed {
             // Ctrl-C: the command in the lab goes too.
@@ -516,7 +519,12 @@ fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
             killed = true;
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(why) = hb.check(lab) {
+                    conn.kill(id);
+                    bail!("{}", lab.dead_report(&why));
+                }
+            }
             Ok(Event::Stdout(d)) => {
                 let mut o = std::io::stdout().lock();
                 let _ = o.write_all(&d);
@@ -537,7 +545,7 @@ fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
                 }
                 return Ok(s.code());
             }
-            Ok(Event::Lost(why)) => bail!("lost the lab: {why}\n{}", lab.console_tail(20)),
+            Ok(Event::Lost(why)) => bail!("{}", lab.dead_report(&why)),
             Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost the lab"),
         }
     }

@@ -82,8 +82,14 @@ struct Inner {
     routes: Mutex<Routes>,
     ready: Mutex<Option<Result<(), String>>>,
     ready_cv: Condvar,
+    /// Every `Ready` seen (answers to pings: the heartbeat) and the last one's error.
+    pongs: Mutex<(u64, String)>,
     next_id: AtomicU32,
 }
+
+/// How long a write to the agent may block (a peer that stopped reading): past it the write
+/// fails instead of hanging the caller.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One connection to an agent. Cheap to clone; all clones share the connection.
 #[derive(Clone)]
@@ -103,6 +109,11 @@ impl Inner {
     fn dispatch(&self, reply: Reply) {
         let (id, ev) = match reply {
             Reply::Ready { error } => {
+                {
+                    let mut p = self.pongs.lock().unwrap();
+                    p.0 += 1;
+                    p.1 = error.clone();
+                }
                 *self.ready.lock().unwrap() =
                     Some(if error.is_empty() { Ok(()) } else { Err(error) });
                 self.ready_cv.notify_all();
@@ -181,6 +192,8 @@ impl Conn {
     /// Takes over a stream to an agent (or a relay) and starts its reader thread.
     pub fn new(stream: UnixStream, name: &str) -> io::Result<Conn> {
         let reader = stream.try_clone()?;
+        // Never block forever on a peer that stopped reading (SO_SNDTIMEO: writes only).
+        stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
         let inner = Arc::new(Inner {
             name: name.to_string(),
             transport: Transport::Stream(Mutex::new(stream)),
@@ -190,6 +203,7 @@ impl Conn {
             }),
             ready: Mutex::new(None),
             ready_cv: Condvar::new(),
+            pongs: Mutex::new((0, String::new())),
             next_id: AtomicU32::new(1),
         });
         let weak = Arc::downgrade(&inner);
@@ -220,6 +234,7 @@ impl Conn {
                 }),
                 ready: Mutex::new(None),
                 ready_cv: Condvar::new(),
+                pongs: Mutex::new((0, String::new())),
                 next_id: AtomicU32::new(1),
             }
         });
@@ -256,6 +271,59 @@ impl Conn {
     /// Is the connection still open?
     pub fn is_alive(&self) -> bool {
         self.inner.routes.lock().unwrap().closed.is_none()
+    }
+
+    /// Why the connection closed (`None` while open).
+    pub fn closed_why(&self) -> Option<String> {
+        self.inner.routes.lock().unwrap().closed.clone()
+    }
+
+    /// How many `Ready` replies arrived so far (each answers a ping) and the last one's error
+    /// ("" = fine). With [`Conn::send_ping`], a heartbeat that never blocks.
+    pub fn pongs(&self) -> (u64, String) {
+        self.inner.pongs.lock().unwrap().clone()
+    }
+
+    /// Sends a ping without waiting for its answer (see [`Conn::pongs`]).
+    pub fn send_ping(&self) -> Result<(), String> {
+        self.inner
+            .send(&Request::Ping)
+            .map_err(|e| format!("{}: cannot reach the agent: {e}", self.inner.name))
+    }
+
+    /// Pings and waits for an answer: is the other end alive and set up, now?
+    pub fn ping(&self, limit: Duration) -> Result<(), String> {
+        let before = self.pongs().0;
+        self.send_ping()?;
+        let deadline = Instant::now() + limit;
+        let mut g = self.inner.pongs.lock().unwrap();
+        loop {
+            if g.0 > before {
+                return if g.1.is_empty() {
+                    Ok(())
+                } else {
+                    Err(g.1.clone())
+                };
+            }
+            if let Some(why) = self.closed_why() {
+                return Err(format!("{}: connection lost: {why}", self.inner.name));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "{}: no answer to a ping within {} s",
+                    self.inner.name,
+                    limit.as_secs()
+                ));
+            }
+            let wait = left.min(Duration::from_millis(200));
+            drop(g);
+            {
+                let r = self.inner.ready.lock().unwrap();
+                let _ = self.inner.ready_cv.wait_timeout(r, wait).unwrap();
+            }
+            g = self.inner.pongs.lock().unwrap();
+        }
     }
 
     /// Starts a command; `on_event` receives its output and then exactly one `Exit` or `Lost`.

@@ -47,6 +47,68 @@ pub struct Lab {
     owned_dir: bool,
     /// How the lab came to be, for messages ("booted in 7.9 s (tcg)", "attached to ...").
     pub origin: String,
+    /// Attached labs: the daemon serving them (its pid when we attached).
+    daemon_pid: Option<u32>,
+}
+
+/// Heartbeat: a node silent this long gets a ping ...
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// ... which must be answered within this (a stuck daemon, relay, agent or VM).
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(15);
+
+/// A heartbeat over a lab's connections that never blocks: [`Heartbeat::check`] sends a ping
+/// when due and fails when one goes unanswered for [`HEARTBEAT_LIMIT`].
+#[derive(Debug)]
+pub struct Heartbeat {
+    /// Per node: (pongs seen, when the last pong was seen, outstanding ping sent at).
+    nodes: Vec<(u64, Instant, Option<Instant>)>,
+}
+
+impl Heartbeat {
+    pub fn new(lab: &Lab) -> Heartbeat {
+        let now = Instant::now();
+        Heartbeat {
+            nodes: lab
+                .nodes
+                .iter()
+                .map(|n| (n.conn.pongs().0, now, None))
+                .collect(),
+        }
+    }
+
+    /// Is the lab alive? Cheap checks ([`Lab::check`]) each call, plus the heartbeat.
+    pub fn check(&mut self, lab: &Lab) -> Result<(), String> {
+        lab.check()?;
+        let now = Instant::now();
+        for (n, hb) in lab.nodes.iter().zip(self.nodes.iter_mut()) {
+            let (count, err) = n.conn.pongs();
+            if count > hb.0 {
+                hb.0 = count;
+                hb.1 = now;
+                hb.2 = None;
+                if !err.is_empty() {
+                    return Err(format!("node {}: {err}", node_tag(n.node)));
+                }
+            }
+            match hb.2 {
+                Some(sent) if now.duration_since(sent) > HEARTBEAT_LIMIT => {
+                    return Err(format!(
+                        "node {}: no answer to a heartbeat for {} s: the lab (daemon, agent or \
+                         VM) is stuck",
+                        node_tag(n.node),
+                        HEARTBEAT_LIMIT.as_secs()
+                    ));
+                }
+                Some(_) => {}
+                None if now.duration_since(hb.1) >= HEARTBEAT_EVERY => {
+                    n.conn.send_ping()?;
+                    hb.2 = Some(now);
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Lab {
@@ -181,6 +243,11 @@ pub fn chosen_provider() -> Result<Provider> {
     }
 }
 
+/// A pid file's pid.
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 fn node_tag(n: Node) -> &'static str {
     match n {
         Node::A => "a",
@@ -214,6 +281,7 @@ impl Lab {
             dir: None,
             owned_dir: false,
             origin: "native rxe on this host".into(),
+            daemon_pid: None,
         }
     }
 
@@ -288,11 +356,13 @@ impl Lab {
                 plan.accel.name(),
                 plan.kernel.version
             ),
+            daemon_pid: None,
         })
     }
 
     /// Connects to a running daemon's lab in `dir` (`<home>/<topology>`).
     pub fn attach(topology: Topology, dir: &Path) -> Result<Lab> {
+        let daemon_pid = read_pid(&dir.join("daemon.pid"));
         let mut nodes = vec![];
         for &n in topo_nodes(topology) {
             let sock = dir.join(format!("node-{}.sock", node_tag(n)));
@@ -315,6 +385,7 @@ impl Lab {
             dir: Some(dir.to_path_buf()),
             owned_dir: false,
             origin: format!("attached to the lab in {}", dir.display()),
+            daemon_pid,
         })
     }
 
@@ -378,15 +449,121 @@ impl Lab {
 
     /// Are all nodes reachable?
     pub fn is_alive(&self) -> bool {
-        self.nodes.iter().all(|n| n.conn.is_alive())
-            && self.vms.iter().all(|v| v.exited().is_none())
+        self.check().is_ok()
     }
 
-    /// Runs one command to completion on a node.
+    /// Cheap liveness checks (no round trip): every connection open, every QEMU this process
+    /// started still running, the daemon of an attached lab still the same live process.
+    pub fn check(&self) -> Result<(), String> {
+        for n in &self.nodes {
+            if let Some(why) = n.conn.closed_why() {
+                return Err(format!("node {}: {why}", node_tag(n.node)));
+            }
+        }
+        for v in &self.vms {
+            if let Some(st) = v.exited() {
+                return Err(format!(
+                    "qemu of node {} (pid {}) exited: {st}",
+                    v.node.name(),
+                    v.pid()
+                ));
+            }
+        }
+        if let (Some(pid), Some(dir)) = (self.daemon_pid, &self.dir) {
+            if !vm::pid_alive(pid) {
+                return Err(format!("the lab daemon (pid {pid}) is gone"));
+            }
+            match read_pid(&dir.join("daemon.pid")) {
+                Some(now) if now != pid => {
+                    return Err(format!(
+                        "the lab in {} was restarted (daemon pid {pid}, now {now})",
+                        dir.display()
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "the lab in {} was stopped (`cargo lab down`?)",
+                        dir.display()
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// What to say when the lab died under a run: why, the consoles' tails, the next command.
+    pub fn dead_report(&self, why: &str) -> String {
+        let next = if self.daemon_pid.is_some() {
+            "next: `cargo lab status` shows the shared lab; `cargo lab down && cargo lab up` \
+             restarts it (or unset LAB_STATE_DIR to let the test boot its own)"
+        } else {
+            "next: run it again; if the VM keeps dying, `cargo lab doctor` and the console log \
+             above say why"
+        };
+        format!(
+            "the lab died under the run: {why}\n{}{next}",
+            self.console_tail(20)
+        )
+    }
+
+    /// Runs one command to completion on a node; the command is killed when `limit` passes
+    /// (status `TimedOut`); a lab that dies meanwhile (daemon, VM or connection gone, or a
+    /// heartbeat unanswered) ends the wait at once with an error.
     pub fn run(&self, node: Node, cmd: &Cmd, limit: Duration) -> Result<Output> {
-        self.conn(node)
-            .run(cmd, limit)
-            .map_err(|e| anyhow::anyhow!("{e}\n{}", self.console_tail(20)))
+        let (tx, rx) = std::sync::mpsc::channel();
+        let conn = self.conn(node);
+        let id = conn
+            .spawn(cmd, move |e| {
+                let _ = tx.send(e);
+            })
+            .map_err(|e| anyhow::anyhow!("{}", self.dead_report(&e)))?;
+        let deadline = Instant::now() + limit;
+        let mut hb = Heartbeat::new(self);
+        let mut out = Output {
+            status: proto::ExitStatus::Code(-1),
+            stdout: vec![],
+            stderr: vec![],
+        };
+        let mut killed_at: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            if killed_at.is_none() && now >= deadline {
+                conn.kill(id);
+                killed_at = Some(now);
+            }
+            if let Some(k) = killed_at
+                && now.duration_since(k) > Duration::from_secs(10)
+            {
+                bail!(
+                    "{}: the command did not end within 10 s of its kill\n{}",
+                    conn.name(),
+                    self.console_tail(20)
+                );
+            }
+            let wait = deadline
+                .saturating_duration_since(now)
+                .clamp(Duration::from_millis(50), Duration::from_millis(500));
+            match rx.recv_timeout(wait) {
+                Ok(Event::Stdout(d)) => out.stdout.extend(d),
+                Ok(Event::Stderr(d)) => out.stderr.extend(d),
+                Ok(Event::Exit(s)) => {
+                    out.status = if killed_at.is_some() {
+                        proto::ExitStatus::TimedOut
+                    } else {
+                        s
+                    };
+                    return Ok(out);
+                }
+                Ok(Event::Lost(why)) => bail!("{}", self.dead_report(&why)),
+                Err(_) => {
+                    if let Err(why) = hb.check(self) {
+                        conn.kill(id);
+                        bail!("{}", self.dead_report(&why));
+                    }
+                }
+            }
+        }
     }
 
     /// The QEMU processes (pids) this lab owns.
@@ -446,6 +623,8 @@ fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Cond
     let Ok(writer) = client.try_clone() else {
         return;
     };
+    // A client that stopped reading must not block the relay (nor the lab's reader thread).
+    let _ = writer.set_write_timeout(Some(Duration::from_secs(10)));
     let writer = Arc::new(Mutex::new(writer));
     let ids: Arc<Mutex<HashMap<u32, u32>>> = Arc::new(Mutex::new(HashMap::new()));
     let mut reader = client;
@@ -459,16 +638,20 @@ fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Cond
             break;
         };
         match req {
-            Request::Ping => send(
-                &writer,
-                Reply::Ready {
-                    error: if conn.is_alive() {
-                        String::new()
-                    } else {
-                        "the lab's VM is gone".into()
-                    },
-                },
-            ),
+            Request::Ping => {
+                // End to end: the answer says the agent in the VM answered, not just us.
+                let w = writer.clone();
+                let conn = conn.clone();
+                std::thread::spawn(move || {
+                    let error = match conn.ping(HEARTBEAT_LIMIT) {
+                        Ok(()) => String::new(),
+                        Err(e) => format!("the lab's VM does not answer: {e}"),
+                    };
+                    if let Ok(mut g) = w.lock() {
+                        let _ = proto::write_frame(&mut *g, &Reply::Ready { error }.encode());
+                    }
+                });
+            }
             Request::Run(r) => {
                 let cid = r.id;
                 let cmd = Cmd {

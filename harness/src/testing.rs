@@ -16,12 +16,12 @@
 
 use crate::conn::{Cmd, Event};
 use crate::course::{Course, workspace_root};
-use crate::lab::{Lab, Provider};
+use crate::lab::{Heartbeat, Lab, Provider};
 use crate::proto::ExitStatus;
 pub use crate::redact::redact;
 use crate::{Node, Topology};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// One process to run in the lab.
@@ -161,8 +161,8 @@ fn topo_index(t: Topology) -> usize {
     }
 }
 
-type Shared = OnceLock<Result<Arc<Lab>, String>>;
-static LABS: [Shared; 2] = [OnceLock::new(), OnceLock::new()];
+type Shared = Mutex<Option<Result<Arc<Lab>, String>>>;
+static LABS: [Shared; 2] = [Mutex::new(None), Mutex::new(None)];
 static LAB_LOCK: Mutex<()> = Mutex::new(());
 
 /// Serializes use of a lab: within this process (a mutex), and across processes that share a
@@ -180,36 +180,128 @@ impl std::fmt::Debug for LabGuard {
 }
 
 /// Takes the lab's lock (see [`LabGuard`]); held until the guard drops.
+///
+/// Across processes: waits (blocked in `flock`, woken when the holder releases it; a holder
+/// that dies releases it with its last descriptor) up to 2 x `LAB_TIMEOUT_SECS` + 30 s, the
+/// holder's runs having deadlines too. Past that it panics naming the holder (pid, command,
+/// test) and the command that frees the lab, rather than run unlocked next to it. A lab that
+/// dies while we wait ends the wait at once.
 pub fn lock(lab: &Lab) -> LabGuard {
     let process = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let file = lab.dir.as_ref().and_then(|d| {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(d.join("run.lock"))
-            .ok()?;
-        // Another process may be running something in this lab: wait for it (its runs have
-        // deadlines too), blocked in flock so the kernel wakes us as soon as it is released.
-        if f.try_lock().is_ok() {
-            return Some(f);
-        }
-        eprintln!(
-            "harness: waiting for another process using the lab in {}",
-            d.display()
-        );
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            if f.lock().is_ok() {
-                // If the waiter gave up, dropping the file releases the lock at once.
-                let _ = tx.send(f);
-            }
-        });
-        rx.recv_timeout(run_timeout() * 2).ok()
-    });
+    let file = match &lab.dir {
+        Some(d) => lock_file(lab, d).unwrap_or_else(|e| panic!("{e}")),
+        None => None,
+    };
     LabGuard {
         _process: process,
         _file: file,
+    }
+}
+
+/// `<dir>/run.lock`, locked, with who holds it written in it.
+fn lock_file(lab: &Lab, d: &std::path::Path) -> Result<Option<std::fs::File>, String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let path = d.join("run.lock");
+    let limit = run_timeout() * 2 + Duration::from_secs(30);
+    let t0 = Instant::now();
+    let mut said = false;
+    loop {
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+        };
+        // No state dir any more: the lab was stopped; the run will say so.
+        let Ok(f) = open() else { return Ok(None) };
+        let mut f = if f.try_lock().is_ok() {
+            f
+        } else {
+            if !said {
+                said = true;
+                eprintln!(
+                    "harness: waiting for another process using the lab in {} (holder: {})",
+                    d.display(),
+                    holder(&path)
+                );
+            }
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                if f.lock().is_ok() {
+                    // If the waiter gave up, dropping the file releases the lock at once.
+                    let _ = tx.send(f);
+                }
+            });
+            loop {
+                match rx.recv_timeout(Duration::from_millis(500)) {
+                    Ok(f) => break f,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(format!("harness: cannot lock {}", path.display()));
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                }
+                if let Err(why) = lab.check() {
+                    return Err(format!("harness: {}", lab.dead_report(&why)));
+                }
+                if t0.elapsed() > limit {
+                    let h = holder(&path);
+                    return Err(format!(
+                        "harness: the lab in {} has been busy for {} s (2 x LAB_TIMEOUT_SECS + \
+                         30 s): held by {h}\nnext: if that process is stuck, end it (`kill \
+                         <pid>` as named above; its lock goes with it), then run the tests again",
+                        d.display(),
+                        t0.elapsed().as_secs()
+                    ));
+                }
+            }
+        };
+        // `cargo lab down` + `up` recreate the dir: a lock on the old, unlinked file guards
+        // nothing; take the new one.
+        let same = match (f.metadata(), std::fs::metadata(&path)) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        let me = format!(
+            "pid {} ({}), test {:?}, since {}",
+            std::process::id(),
+            std::fs::read("/proc/self/cmdline")
+                .map(|c| String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_string())
+                .unwrap_or_default(),
+            std::thread::current().name().unwrap_or("?"),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        );
+        let _ = f.set_len(0);
+        let _ = f.write_all(me.as_bytes());
+        return Ok(Some(f));
+    }
+}
+
+/// Who holds a run.lock, as its holder wrote it (and whether that pid still lives).
+fn holder(path: &std::path::Path) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let s = s.trim();
+    if s.is_empty() {
+        return "unknown (an older harness)".into();
+    }
+    let pid = s
+        .strip_prefix("pid ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse::<u32>().ok());
+    match pid {
+        Some(p) if !crate::vm::pid_alive(p) => format!("{s} [gone]"),
+        _ => s.to_string(),
     }
 }
 
@@ -225,7 +317,21 @@ pub fn lab(topology: Topology) -> Arc<Lab> {
 
 /// [`lab`] without the panic.
 pub fn try_lab(topology: Topology) -> Result<Arc<Lab>, String> {
-    let r = LABS[topo_index(topology)].get_or_init(|| {
+    let mut g = LABS[topo_index(topology)]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    // A lab that died (its daemon stopped or restarted by `cargo lab down`/`up`, its VM gone):
+    // get a new one rather than fail every later test.
+    if let Some(Ok(l)) = &*g
+        && let Err(why) = l.check()
+    {
+        eprintln!(
+            "harness: the {} lab is gone ({why}); getting a new one",
+            topology.name()
+        );
+        *g = None;
+    }
+    let r = g.get_or_insert_with(|| {
         let t0 = Instant::now();
         eprintln!("harness: getting a {} lab ...", topology.name());
         match Lab::acquire(topology, workspace_root().as_deref()) {
@@ -348,6 +454,12 @@ pub fn in_lab<F: FnOnce()>(topology: Topology, test_name: &str, body: F) {
     }
 }
 
+enum Next {
+    Event((usize, Event)),
+    Deadline,
+    Dead(String),
+}
+
 struct RoleState {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
@@ -373,6 +485,29 @@ pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
 pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
     let deadline = Instant::now() + limit;
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
+    // Waits for the next event until the overall deadline, in short slices: between them the
+    // lab's health is checked (connections, QEMU and daemon processes, a heartbeat), so a lab
+    // that dies or hangs under the run ends it in seconds whatever the connection does.
+    let mut hb = Heartbeat::new(lab);
+    let next = |hb: &mut Heartbeat| -> Next {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Next::Deadline;
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(500))) {
+                Ok(ev) => return Next::Event(ev),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Next::Dead("event channel closed".into());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Err(why) = hb.check(lab) {
+                        return Next::Dead(why);
+                    }
+                }
+            }
+        }
+    };
     let mut st: Vec<RoleState> = roles
         .iter()
         .map(|_| RoleState {
@@ -426,8 +561,13 @@ pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transc
     };
     let fail = |st: &mut Vec<RoleState>, what: String| -> String {
         kill_all(st);
-        // Collect what the kills produce, briefly.
-        let until = Instant::now() + Duration::from_secs(5);
+        // Collect what the kills produce, briefly (nothing will come from a dead lab).
+        let until = Instant::now()
+            + if lab.check().is_ok() {
+                Duration::from_secs(5)
+            } else {
+                Duration::ZERO
+            };
         while st.iter().any(|s| s.started.is_some() && s.exit.is_none()) {
             match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
                 Ok(ev) => {
@@ -509,14 +649,14 @@ pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transc
                     ));
                     break;
                 }
-                let left = deadline.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok(ev) => {
+                match next(&mut hb) {
+                    Next::Event(ev) => {
                         if let Err(why) = apply(&mut st, ev) {
-                            return Err(fail(&mut st, format!("lab lost: {why}")));
+                            return Err(fail(&mut st, lab.dead_report(&why)));
                         }
                     }
-                    Err(_) => {
+                    Next::Dead(why) => return Err(fail(&mut st, lab.dead_report(&why))),
+                    Next::Deadline => {
                         return Err(fail(
                             &mut st,
                             format!(
@@ -531,14 +671,14 @@ pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transc
         }
     }
     while st.iter().any(|s| s.started.is_some() && s.exit.is_none()) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(ev) => {
+        match next(&mut hb) {
+            Next::Event(ev) => {
                 if let Err(why) = apply(&mut st, ev) {
-                    return Err(fail(&mut st, format!("lab lost: {why}")));
+                    return Err(fail(&mut st, lab.dead_report(&why)));
                 }
             }
-            Err(_) => {
+            Next::Dead(why) => return Err(fail(&mut st, lab.dead_report(&why))),
+            Next::Deadline => {
                 return Err(fail(
                     &mut st,
                     format!(

@@ -1,0 +1,118 @@
+//! A lab that dies or hangs under a running command ends the run in seconds, with an error that
+//! says so, not at `LAB_TIMEOUT_SECS` (the reported hang: a test stuck for 20+ minutes after the
+//! shared lab was stopped and restarted under it). Each test uses a private lab.
+
+use harness::Topology;
+use harness::lab::Lab;
+use harness::testing::{Role, run_roles_in};
+use harness::vm::VmOptions;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Long enough that only the lab's death can end the run early.
+const LIMIT: Duration = Duration::from_secs(600);
+
+fn sleeper() -> Vec<Role> {
+    vec![Role::new("sleeper", ["sh", "-c", "echo started; exec sleep 1000"]).ready("started")]
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .status();
+}
+
+/// Runs the sleeper, sends `act` once it runs, returns the run's error and how long it took
+/// from `act` on.
+fn run_and_break(lab: &Lab, act: impl FnOnce() + Send + 'static) -> (String, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel::<Instant>();
+    let t = std::thread::spawn(move || {
+        // The role prints `started` within a few seconds of the run's start.
+        std::thread::sleep(Duration::from_secs(3));
+        act();
+        let _ = tx.send(Instant::now());
+    });
+    let r = run_roles_in(lab, &sleeper(), LIMIT);
+    let ended = Instant::now();
+    t.join().unwrap();
+    let acted = rx.recv().unwrap();
+    let err = r.expect_err("the run must fail when the lab dies");
+    (err, ended.saturating_duration_since(acted))
+}
+
+#[test]
+fn a_qemu_killed_under_a_run_ends_it_in_seconds() {
+    let lab = Lab::boot(Topology::Loopback, &VmOptions::from_env()).expect("boot");
+    let pid = lab.vm_pids()[0];
+    let (err, took) = run_and_break(&lab, move || signal(pid, "KILL"));
+    assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
+    assert!(err.contains("the lab died under the run"), "{err}");
+    assert!(err.contains("console"), "the console's tail: {err}");
+}
+
+struct Daemon {
+    home: PathBuf,
+}
+
+impl Daemon {
+    fn cli(home: &Path, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_cargo-lab"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("LAB_STATE_DIR", home)
+            .env("LAB_PROVIDER", "vm")
+            .output()
+            .unwrap()
+    }
+    fn up() -> Daemon {
+        let home = std::env::temp_dir().join(format!("rxe-lab-deadtest.{}", std::process::id()));
+        let up = Self::cli(&home, &["up"]);
+        assert!(
+            up.status.success(),
+            "{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
+        Daemon { home }
+    }
+    fn dir(&self) -> PathBuf {
+        self.home.join("loopback")
+    }
+    fn pid(&self) -> u32 {
+        std::fs::read_to_string(self.dir().join("daemon.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(p) = std::fs::read_to_string(self.dir().join("daemon.pid")) {
+            signal(p.trim().parse().unwrap_or(0), "CONT");
+        }
+        let _ = Self::cli(&self.home, &["down"]);
+    }
+}
+
+#[test]
+fn a_stuck_then_a_killed_daemon_ends_an_attached_run_promptly() {
+    let d = Daemon::up();
+    // Half-dead: the daemon lives and its socket stays open, but nothing answers. Only the
+    // heartbeat (15 s without an answer) can tell.
+    let lab = Lab::attach(Topology::Loopback, &d.dir()).expect("attach");
+    let pid = d.pid();
+    let (err, took) = run_and_break(&lab, move || signal(pid, "STOP"));
+    assert!(took < Duration::from_secs(25), "took {took:?}: {err}");
+    assert!(err.contains("heartbeat"), "{err}");
+    assert!(err.contains("cargo lab down && cargo lab up"), "{err}");
+    signal(pid, "CONT");
+    drop(lab);
+
+    // Dead: EOF on the relay socket, and the daemon's pid gone.
+    let lab = Lab::attach(Topology::Loopback, &d.dir()).expect("attach again");
+    let (err, took) = run_and_break(&lab, move || signal(pid, "KILL"));
+    assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
+    assert!(err.contains("the lab died under the run"), "{err}");
+}
