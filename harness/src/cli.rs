@@ -284,6 +284,12 @@ fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Child> {
     Ok(child)
 }
 
+/// Where logs of failed labs are kept: `/tmp/rxe-lab-logs.<pid>/` (CI uploads
+/// `/tmp/rxe-lab*/**/*.log` on failure; not reaped: the name has no `rxe-lab.` prefix).
+fn failed_logs_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("rxe-lab-logs.{}", std::process::id()))
+}
+
 fn wait_daemon(
     t: Topology,
     dir: &Path,
@@ -322,6 +328,10 @@ fn wait_daemon(
         }
         if let Some(st) = child.try_wait()? {
             let log = vm::tail(&dir.join("daemon.log"), 40);
+            let keep = failed_logs_dir();
+            if keep_logs(dir, &keep) > 0 {
+                eprintln!("(the lab's logs are kept in {})", keep.display());
+            }
             let _ = std::fs::remove_dir_all(dir);
             if let Some(home) = dir.parent() {
                 let _ = std::fs::remove_dir(home);
@@ -335,6 +345,10 @@ fn wait_daemon(
         if t0.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
+            let keep = failed_logs_dir();
+            if keep_logs(dir, &keep) > 0 {
+                eprintln!("(the lab's logs are kept in {})", keep.display());
+            }
             bail!(
                 "the {} lab did not start within {} s\n{}\n{}",
                 t.name(),
@@ -349,6 +363,25 @@ fn wait_daemon(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Copies a lab dir's `*.log` files to `<dest>/<name of dir>/`; returns how many.
+fn keep_logs(dir: &Path, dest: &Path) -> usize {
+    let Some(name) = dir.file_name() else {
+        return 0;
+    };
+    let to = dest.join(name);
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "log")
+            && std::fs::create_dir_all(&to).is_ok()
+            && std::fs::copy(&p, to.join(e.file_name())).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
 }
 
 fn daemon(t: Topology, dir: &Path) -> Result<i32> {
@@ -624,6 +657,49 @@ fn missing_chapter(ch: &Chapter, root: &Path) -> Option<String> {
     })
 }
 
+/// Before building chapters (rdma-sys needs libibverbs-dev, pkg-config and libclang <= 15) and
+/// starting labs: on a fresh machine, run the embedded `scripts/setup.sh` for the chosen
+/// provider (what `cargo lab setup` does) when `doctor` finds required pieces missing, then check
+/// again. Errors name the next command.
+fn prepare(what: &str) -> Result<()> {
+    let missing = |cs: Vec<Check>| -> Vec<String> {
+        cs.into_iter()
+            .filter(|c| c.required && !c.ok)
+            .map(|c| c.what)
+            .collect()
+    };
+    let before = missing(checks());
+    if before.is_empty() {
+        return Ok(());
+    }
+    let flag = if lab::chosen_provider()? == Provider::Native {
+        "--native"
+    } else {
+        "--vm"
+    };
+    eprintln!(
+        "cargo lab {what}: missing: {}; running `scripts/setup.sh {flag}` first (what `cargo lab \
+         setup` does) ...",
+        before.join(", ")
+    );
+    let code = run_setup(&[flag])?;
+    if code != 0 {
+        bail!(
+            "setup failed (exit {code}; see above); next: `cargo lab setup --print` shows the \
+             exact apt-get command (run it as root), then `cargo lab {what}` again"
+        );
+    }
+    let after = missing(checks());
+    if !after.is_empty() {
+        bail!(
+            "still missing after setup: {}; next: `cargo lab doctor` shows the fix for each, then \
+             `cargo lab {what}` again",
+            after.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// `cargo build -p <pkgs>` with cargo's progress shown; returns package -> executable.
 fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let root = root()?;
@@ -643,7 +719,9 @@ fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
         .context("running cargo build")?;
     if !out.status.success() {
         bail!(
-            "`cargo build -p {}` failed (see the errors above)",
+            "`cargo build -p {}` failed (see the errors above); if rdma-sys failed to build, \
+             `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang (<= 15, \
+             LIBCLANG_PATH)",
             pkgs.join(" -p ")
         );
     }
@@ -694,6 +772,7 @@ fn run(key: &str, extra: &[String]) -> Result<i32> {
     if let Some(m) = missing_chapter(ch, &root) {
         bail!("{m}");
     }
+    prepare("run")?;
     let exes = build(&[&ch.package])?;
     let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
     let lab = get_lab(ch.topology()?)?;
@@ -711,6 +790,7 @@ fn tour() -> Result<i32> {
         .filter(|c| missing_chapter(c, &root).is_none())
         .collect();
     let pkgs: Vec<&str> = present.iter().map(|c| c.package.as_str()).collect();
+    prepare("tour")?;
     let exes = if pkgs.is_empty() {
         vec![]
     } else {
@@ -781,15 +861,8 @@ fn test(args: &[String]) -> Result<i32> {
     let root = root()?;
     // Ctrl-C goes to cargo and the tests too; we stay to tear the labs down.
     let interrupted = interrupted();
-    let report = checks();
     let provider = lab::chosen_provider()?;
-    if report.iter().any(|c| c.required && !c.ok) {
-        eprintln!("cargo lab test: prerequisites missing; running `scripts/setup.sh --vm` ...");
-        let code = run_setup(&["--vm"])?;
-        if code != 0 {
-            bail!("setup failed; see above (or run `cargo lab doctor`)");
-        }
-    }
+    prepare("test")?;
     let home = std::env::temp_dir().join(format!("rxe-lab-test.{}", std::process::id()));
     let mut started: Vec<PathBuf> = vec![];
     let result = (|| -> Result<i32> {
@@ -829,6 +902,28 @@ fn test(args: &[String]) -> Result<i32> {
         let st = cmd.status().context("running cargo test")?;
         Ok(st.code().unwrap_or(130))
     })();
+    let failed = !matches!(result, Ok(0));
+    if failed && provider == Provider::Vm {
+        // Keep the guest consoles, QEMU's and the daemons' logs before the daemons remove their
+        // dirs: under /tmp/rxe-lab-logs.<pid>/, which CI's failure upload
+        // (`/tmp/rxe-lab*/**/*.log`) collects.
+        let keep = failed_logs_dir();
+        let mut dirs = started.clone();
+        for t in Topology::all() {
+            let up = lab::up_home(&root).join(t.name());
+            if !started.contains(&up) && up.exists() {
+                dirs.push(up);
+            }
+        }
+        let n: usize = dirs.iter().map(|d| keep_logs(d, &keep)).sum();
+        if n > 0 {
+            eprintln!(
+                "cargo lab test: failed; the labs' logs (console-<node>.log: the guest console) \
+                 are kept in {}",
+                keep.display()
+            );
+        }
+    }
     for dir in &started {
         stop_daemon(dir);
     }
