@@ -29,6 +29,7 @@ $bb mkdir -p /newroot/dev/shm /newroot/dev/pts
 $bb mount -t tmpfs tmpfs /newroot/dev/shm
 $bb mount -t devpts devpts /newroot/dev/pts
 $bb cp /lab-agent /newroot/run/lab-agent
+$bb cp $bb /newroot/run/busybox
 exec $bb chroot /newroot /run/lab-agent --guest
 "#;
 

@@ -17,6 +17,10 @@ pub const LOOPBACK_MODULES: &[&str] = &[
     "veth",
     "rdma_rxe",
     "rdma_ucm",
+    // rxe asks the crypto API for "crc32" when a link is added: without these the kernel runs
+    // modprobe from the host's tree over 9p, which took 1-3 s of `rdma link add`.
+    "crc32_pclmul",
+    "crc32_generic",
 ];
 pub const PAIR_MODULES: &[&str] = &[
     "virtio_pci",
@@ -27,6 +31,10 @@ pub const PAIR_MODULES: &[&str] = &[
     "virtio_net",
     "rdma_rxe",
     "rdma_ucm",
+    // rxe asks the crypto API for "crc32" when a link is added: without these the kernel runs
+    // modprobe from the host's tree over 9p, which took 1-3 s of `rdma link add`.
+    "crc32_pclmul",
+    "crc32_generic",
 ];
 
 /// An installed kernel: its image and its module tree.
