@@ -54,7 +54,7 @@ pub struct Lab {
 /// Heartbeat: a node silent this long gets a ping ...
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// ... which must be answered within this (a stuck daemon, relay, agent or VM).
-const HEARTBEAT_LIMIT: Duration = Duration::from_secs(15);
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(30);
 
 /// A heartbeat over a lab's connections that never blocks: [`Heartbeat::check`] sends a ping
 /// when due and fails when one goes unanswered for [`HEARTBEAT_LIMIT`].

@@ -100,11 +100,11 @@ impl Drop for Daemon {
 fn a_stuck_then_a_killed_daemon_ends_an_attached_run_promptly() {
     let d = Daemon::up();
     // Half-dead: the daemon lives and its socket stays open, but nothing answers. Only the
-    // heartbeat (15 s without an answer) can tell.
+    // heartbeat (30 s without an answer) can tell.
     let lab = Lab::attach(Topology::Loopback, &d.dir()).expect("attach");
     let pid = d.pid();
     let (err, took) = run_and_break(&lab, move || signal(pid, "STOP"));
-    assert!(took < Duration::from_secs(25), "took {took:?}: {err}");
+    assert!(took < Duration::from_secs(40), "took {took:?}: {err}");
     assert!(err.contains("heartbeat"), "{err}");
     assert!(err.contains("cargo lab down && cargo lab up"), "{err}");
     signal(pid, "CONT");
