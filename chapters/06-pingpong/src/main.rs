@@ -693,3 +693,52 @@ fn parse_timeout(s: &str) -> std::result::Result<Duration, String> {
         in_range(s, 1, 24 * 3600, "the timeout")? as u64,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_parse_like_strtol_base_0() {
+        assert_eq!(parse_num("18515"), Ok(18515));
+        assert_eq!(parse_num("0x4853"), Ok(0x4853));
+        assert_eq!(parse_num("-1"), Ok(-1));
+        assert!(parse_num("12abc").is_err());
+    }
+
+    #[test]
+    fn a_negative_gid_index_means_none_as_in_the_c_tool() {
+        assert_eq!(parse_gid_idx("-1").map(|g| g.0), Ok(None));
+        assert_eq!(parse_gid_idx("1").map(|g| g.0), Ok(Some(1)));
+        assert!(parse_gid_idx("256").is_err());
+    }
+
+    #[test]
+    fn the_c_tools_flags_are_accepted_anywhere_and_attached() {
+        let o = Opts::try_parse_from([
+            "ch06-pingpong",
+            "127.0.0.1",
+            "-g1",
+            "--iters=10",
+            "-s",
+            "0x100",
+            "-e",
+        ])
+        .expect("parses");
+        assert_eq!(o.host.as_deref(), Some("127.0.0.1"));
+        assert_eq!((o.iters, o.size, o.events), (10, 256, true));
+        assert_eq!(o.gid_idx.and_then(|g| g.0), Some(1));
+        let d = Opts::try_parse_from(["ch06-pingpong"]).expect("defaults");
+        assert_eq!(
+            (d.port, d.ib_port, d.size, d.mtu, d.rx_depth, d.iters, d.sl),
+            (18515, 1, 4096, Mtu::Mtu1024, 500, 1000, 0)
+        );
+        assert!(d.gid_idx.is_none() && !d.events && d.host.is_none());
+    }
+
+    #[test]
+    fn plural_reads_well() {
+        assert_eq!(plural(1, "byte"), "1 byte");
+        assert_eq!(plural(4096, "byte"), "4096 bytes");
+    }
+}
