@@ -45,7 +45,8 @@
 //! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
-//! | [`show`] | | the one formatting module for labelled identifiers |
+//! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
+//! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
 //!
 //! ## A self-connected RC QP in a few lines
 //!
@@ -85,6 +86,7 @@ pub mod mr;
 pub mod mw;
 pub mod pd;
 pub mod pool;
+pub mod process;
 pub mod qp;
 pub mod show;
 pub mod srq;

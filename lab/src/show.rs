@@ -651,3 +651,86 @@ impl fmt::Display for Table {
         Ok(())
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Wrapped explanatory lines: `say!` and `wrap_print`
+
+/// Output width of the chapters' explanatory lines (see [`wrap_print`] and [`say!`](crate::say)).
+pub const WIDTH: usize = 96;
+
+/// Splits `text` into lines of at most [`WIDTH`] columns at word boundaries (a single word
+/// longer than that stays whole). The first line keeps `text`'s leading spaces; continuation
+/// lines are indented two more spaces than the first. Runs of whitespace become one space.
+pub fn wrap(text: &str) -> Vec<String> {
+    let indent = text.len() - text.trim_start().len();
+    let mut lines = Vec::new();
+    let mut line = String::from(&text[..indent]);
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && line.len() + 1 + word.len() > WIDTH {
+            lines.push(std::mem::replace(&mut line, " ".repeat(indent + 2)));
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    lines.push(line);
+    lines
+}
+
+/// Prints `text` on stdout wrapped by [`wrap`]: at [`WIDTH`] columns, continuation lines
+/// indented two more spaces than the first. The chapters call it through [`say!`](crate::say).
+pub fn wrap_print(text: &str) {
+    for line in wrap(text) {
+        println!("{line}");
+    }
+}
+
+/// Prints a line wrapped at [`show::WIDTH`](crate::show::WIDTH) columns; continuation lines
+/// are indented two more spaces than the first. Takes `format!` arguments:
+///
+/// ```
+/// lab::say!("  the child exited {}: 1 MiB was refused with ENOMEM, 32 KiB fit", 0);
+/// ```
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::show::wrap_print(&format!($($arg)*)) };
+}
+
+#[cfg(test)]
+mod wrap_tests {
+    use super::{WIDTH, wrap};
+
+    #[test]
+    fn short_line_is_kept_with_its_indent() {
+        assert_eq!(wrap("  a   short\tline"), ["  a short line"]);
+        assert_eq!(wrap(""), [""]);
+    }
+
+    #[test]
+    fn long_line_wraps_with_two_more_spaces() {
+        let words = vec!["word"; 40].join(" ");
+        let lines = wrap(&format!("    {words}"));
+        assert!(lines.len() > 1);
+        assert!(lines[0].starts_with("    word"));
+        for l in &lines {
+            assert!(l.len() <= WIDTH, "{l:?}");
+        }
+        for l in &lines[1..] {
+            assert!(l.starts_with("      word"), "{l:?}");
+            assert!(!l.starts_with("       "), "{l:?}");
+        }
+        assert_eq!(
+            lines.join(" ").split_whitespace().count(),
+            40,
+            "no word lost"
+        );
+        // Exactly WIDTH columns fit; one more wraps.
+        let exact = "x".repeat(WIDTH - 2);
+        assert_eq!(wrap(&format!("a {exact}")).len(), 1);
+        assert_eq!(wrap(&format!("ab {exact}")).len(), 2);
+    }
+}

@@ -29,6 +29,8 @@ use std::io::Read;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+// `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
+use lab::say;
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, ProtectionDomain,
@@ -75,34 +77,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Prints a line wrapped at [`WIDTH`] columns; continuation lines are indented two more
-/// spaces than the first.
-macro_rules! say {
-    ($($arg:tt)*) => { wrap_print(&format!($($arg)*)) };
-}
-
-/// Output width of explanatory lines.
-const WIDTH: usize = 96;
-
-fn wrap_print(text: &str) {
-    let indent = text.len() - text.trim_start().len();
-    let mut line = String::from(&text[..indent]);
-    let mut empty = true;
-    for word in text.split_whitespace() {
-        if !empty && line.len() + 1 + word.len() > WIDTH {
-            println!("{line}");
-            line = " ".repeat(indent + 2);
-            empty = true;
-        }
-        if !empty {
-            line.push(' ');
-        }
-        line.push_str(word);
-        empty = false;
-    }
-    println!("{line}");
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -40,13 +40,14 @@
 //! itself.
 
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Parser;
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
+// `Running`: a child process whose output threads collect, killed if it outlives a deadline.
+use lab::process::Running;
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, AsyncPool, Context, Error, Gid, InitAttr, MemoryRegion, PoolOp, QpInitAttr,
@@ -770,58 +771,6 @@ fn misbehave(args: &Args, host: &str) -> Result<bool> {
         OP,
     )?;
     Ok(ok)
-}
-
-/// A worker process whose stdout and stderr are collected by threads (so a chatty child never
-/// blocks on a full pipe) and which is killed if it outlives its deadline.
-struct Running {
-    child: Child,
-    out: std::thread::JoinHandle<String>,
-    err: std::thread::JoinHandle<String>,
-}
-
-impl Running {
-    fn spawn(mut cmd: Command) -> std::io::Result<Running> {
-        let mut child = cmd.spawn()?;
-        let reader = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = r.read_to_string(&mut s);
-                s
-            })
-        };
-        let out = reader(Box::new(child.stdout.take().expect("piped")));
-        let err = reader(Box::new(child.stderr.take().expect("piped")));
-        Ok(Running { child, out, err })
-    }
-
-    /// Waits until the process exits or `deadline` passes (then kills it); returns the exit
-    /// code (-1 if killed or ended by a signal), stdout and stderr.
-    fn finish(&mut self, deadline: Instant) -> (i32, String, String) {
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(st)) => break st.code().unwrap_or(-1),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break -1;
-                }
-            }
-        };
-        let take = |h: &mut std::thread::JoinHandle<String>| {
-            std::mem::replace(h, std::thread::spawn(String::new))
-                .join()
-                .unwrap_or_default()
-        };
-        let (out, mut err) = (take(&mut self.out), take(&mut self.err));
-        if code == -1 {
-            err.push_str("killed: still running at the deadline\n");
-        }
-        (code, out, err)
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
