@@ -700,6 +700,31 @@ fn prepare(what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The repository checks (`harness/tests/repo_checks.rs`) run actionlint, shellcheck and
+/// vagrant: install them (`scripts/setup.sh --dev`) when one is missing, so `cargo lab test`
+/// passes on a fresh machine; if that fails, say the command.
+fn prepare_checkers() -> Result<()> {
+    let missing: Vec<&str> = ["actionlint", "shellcheck", "vagrant"]
+        .into_iter()
+        .filter(|t| vm::which(t).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "cargo lab test: the repository checks need {}; running `scripts/setup.sh --dev` first ...",
+        missing.join(", ")
+    );
+    let code = run_setup(&["--dev"])?;
+    if code != 0 {
+        bail!(
+            "setup --dev failed (exit {code}; see above); next: `bash scripts/setup.sh --dev --print` \
+             shows what to install, then `cargo lab test` again"
+        );
+    }
+    Ok(())
+}
+
 /// `cargo build -p <pkgs>` with cargo's progress shown; returns package -> executable.
 fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let root = root()?;
@@ -863,6 +888,7 @@ fn test(args: &[String]) -> Result<i32> {
     let interrupted = interrupted();
     let provider = lab::chosen_provider()?;
     prepare("test")?;
+    prepare_checkers()?;
     let home = std::env::temp_dir().join(format!("rxe-lab-test.{}", std::process::id()));
     let mut started: Vec<PathBuf> = vec![];
     let result = (|| -> Result<i32> {
