@@ -40,14 +40,12 @@
 //! itself.
 
 use std::collections::BTreeSet;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Parser;
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
-// `Running`: a child process whose output threads collect, killed if it outlives a deadline.
-use lab::process::Running;
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, AsyncPool, Context, Error, Gid, InitAttr, MemoryRegion, PoolOp, QpInitAttr,
@@ -636,33 +634,11 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
         "step 1: start {k} client processes (each its own QP and its own blocks: client i owns \
          blocks i, i+{k}, ...)"
     );
-    let exe = std::env::current_exe().context("finding this program's path")?;
-    let mut children: Vec<Running> = (0..k)
-        .map(|i| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(std::env::args_os().skip(1))
-                .args(["--client-index", &i.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            Running::spawn(cmd).with_context(|| format!("starting client {i}"))
-        })
-        .collect::<Result<_>>()?;
+    // One process per client: copies of this program with `--client-index i`.
+    let mut children = lab::process::spawn_clients(k).context("starting the client processes")?;
 
     println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let deadline = Instant::now() + WORK + CONNECT;
-    let mut ok = true;
-    for (i, child) in children.iter_mut().enumerate() {
-        let (code, out, err) = child.finish(deadline);
-        for line in out.lines() {
-            println!("  [client {i}] {line}");
-        }
-        for line in err.lines() {
-            println!("  [client {i}] stderr: {line}");
-        }
-        println!("  [client {i}] exit {code}");
-        ok &= code == 0;
-    }
+    let mut ok = lab::process::report_clients(&mut children, Instant::now() + WORK + CONNECT);
 
     println!("step 3: a misbehaving client (this process, its own QP: \"misbehaving\")");
     ok &= misbehave(args, host)?;

@@ -39,14 +39,12 @@
 //! flag `--client-index I`), prints their output in index order, then tries a misaligned
 //! atomic itself.
 
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::Parser;
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
-// `Running`: a child process whose output threads collect, killed if it outlives a deadline.
-use lab::process::Running;
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, Context, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemoteBlock,
@@ -503,33 +501,11 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
 fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
     println!("step 1: start {k} client processes, each with its own QP to the pool");
-    let exe = std::env::current_exe().context("finding this program's path")?;
-    let mut children: Vec<Running> = (0..k)
-        .map(|i| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(std::env::args_os().skip(1))
-                .args(["--client-index", &i.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            Running::spawn(cmd).with_context(|| format!("starting client {i}"))
-        })
-        .collect::<Result<_>>()?;
+    // One process per client: copies of this program with `--client-index i`.
+    let mut children = lab::process::spawn_clients(k).context("starting the client processes")?;
 
     println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let deadline = Instant::now() + WORK + CONNECT;
-    let mut ok = true;
-    for (i, child) in children.iter_mut().enumerate() {
-        let (code, out, err) = child.finish(deadline);
-        for line in out.lines() {
-            println!("  [client {i}] {line}");
-        }
-        for line in err.lines() {
-            println!("  [client {i}] stderr: {line}");
-        }
-        println!("  [client {i}] exit {code}");
-        ok &= code == 0;
-    }
+    let mut ok = lab::process::report_clients(&mut children, Instant::now() + WORK + CONNECT);
 
     println!("step 3: a misaligned atomic (this process, its own QP: \"misaligned\")");
     ok &= misaligned(args, host)?;
