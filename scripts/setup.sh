@@ -112,7 +112,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   echo "setup: installing ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+  extra=()
+  if [ "$want_vm" = 1 ]; then
+    # A qemu-utils newer than the distribution's qemu-system-x86 (e.g. installed from backports
+    # whose source is no longer enabled) Breaks it: pin qemu-utils to the same version so apt
+    # can resolve, downgrading it if needed.
+    qsys=$(apt-cache policy qemu-system-x86 2>/dev/null | sed -n 's/^ *Candidate: //p')
+    qutil=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+    if [ -n "$qsys" ] && [ "$qsys" != "(none)" ] && [ -n "$qutil" ] && [ "$qutil" != "$qsys" ]; then
+      echo "setup: qemu-utils $qutil does not match qemu-system-x86 $qsys: installing qemu-utils=$qsys"
+      extra=(--allow-downgrades "qemu-utils=$qsys")
+    fi
+  fi
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${extra[@]}" "${missing[@]}"
 else
   echo "setup: all packages present"
 fi
