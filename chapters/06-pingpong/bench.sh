@@ -2,7 +2,7 @@
 # Chapter 06's benchmark: ibv_rc_pingpong's pair vs ch06-pingpong's pair, alternating, with the
 # same flags in the same lab. Prints the client's usec/iter of each run. Run it in the lab:
 #
-#   cargo build -p ch06-pingpong
+#   cargo lab build
 #   cargo lab exec -- env ROUNDS=8 sh chapters/06-pingpong/bench.sh
 #
 # Busy polling, loopback, 1000 round trips of 4096 bytes (FLAGS), on a port of its own. The

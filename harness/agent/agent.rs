@@ -66,7 +66,6 @@ fn serve(
         }
     });
     let runner = Runner::new(sink.clone(), base_env);
-    let mut seen = Seen::default();
     loop {
         let frame = match proto::read_frame(&mut input) {
             Ok(Some(f)) => f,
@@ -85,11 +84,17 @@ fn serve(
         };
         match req {
             Request::Run(r) => {
-                if guest && seen.changed(&r) {
-                    // A program was rebuilt on the host since we last ran it: the overlay's
-                    // cached dentry still points at the old file's pages (9p does not tell the
-                    // guest), and running it would crash. Drop dentries, inodes and their pages.
-                    let _ = fs::write("/proc/sys/vm/drop_caches", "2");
+                if guest {
+                    // The guest must run the bytes that are on the host *now*. A file rebuilt on
+                    // the host (cargo re-links `target/debug/X` to another artifact) keeps, in
+                    // the guest, the overlay's cached dentry and the old inode's page cache,
+                    // while reads through 9p reach the new file: an exec would map a mix of
+                    // old and new pages (SIGSEGV, SIGTRAP). Before every command, drop every
+                    // clean page and every unused dentry and inode ("3"): whatever the command
+                    // (or a shell it starts) executes is then looked up afresh and paged in from
+                    // the host's current file. Only a file still mapped by a process that is
+                    // running now keeps its pages (harness/README.md, "What the guest runs").
+                    drop_caches();
                 }
                 runner.run(r)
             }
@@ -122,28 +127,11 @@ fn serve(
     false
 }
 
-/// What the files named in commands looked like when last run (size, mtime, inode).
-#[derive(Default)]
-struct Seen(std::collections::HashMap<std::path::PathBuf, (u64, i64, i64, u64)>);
-
-impl Seen {
-    /// Records the files a command names (arguments with a `/` that are regular files); true
-    /// if one of them changed since it was last recorded.
-    fn changed(&mut self, r: &proto::RunRequest) -> bool {
-        use std::os::unix::fs::MetadataExt as _;
-        let mut changed = false;
-        for a in r.argv.iter().filter(|a| a.contains('/')) {
-            let p = std::path::Path::new(&r.cwd).join(a);
-            let Ok(m) = fs::metadata(&p) else { continue };
-            if !m.is_file() {
-                continue;
-            }
-            let now = (m.len(), m.mtime(), m.mtime_nsec(), m.ino());
-            if let Some(old) = self.0.insert(p, now) {
-                changed |= old != now;
-            }
-        }
-        changed
+/// `echo 3 > /proc/sys/vm/drop_caches`: page cache, dentries and inodes (only clean,
+/// unused ones: a running program's mapped pages stay).
+fn drop_caches() {
+    if let Err(e) = fs::write("/proc/sys/vm/drop_caches", "3") {
+        eprintln!("lab-agent: dropping the page cache failed: {e}");
     }
 }
 

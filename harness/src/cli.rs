@@ -87,14 +87,22 @@ enum Sub {
     /// The chapters, in order.
     List,
     /// Build and run one chapter (by number, `06`, or package, `ch06-pingpong`).
+    ///
+    /// Arguments after `--` REPLACE the chapter's default arguments (its `defaults` in
+    /// chapters/course.toml, e.g. chapter 08's `all`); they are not added to them. Each role
+    /// keeps its own arguments (`--server`, the server's address ...). `cargo lab list` shows
+    /// the defaults and the documented examples.
     Run {
         chapter: String,
-        /// Appended to every role's arguments.
+        /// Replace the chapter's default arguments (given to every role).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// Build and run every chapter in order, then a summary.
     Tour,
+    /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
+    /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
+    Build,
     /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -183,6 +191,7 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         Sub::List => list(),
         Sub::Run { chapter, args } => run(&chapter, &args),
         Sub::Tour => tour(),
+        Sub::Build => build_cmd(),
         Sub::Test { args } => test(&args),
         Sub::Bench { runs, topology } => bench(runs, topology),
         Sub::Daemon { topology, dir } => daemon(topology, &dir),
@@ -637,11 +646,26 @@ fn list() -> Result<i32> {
             ch.title,
             if here { "" } else { "  (not written yet)" }
         );
+        let pad = format!("{:<3} {:<24} {:<9}  ", "", "", "");
         if !ch.summary.is_empty() {
-            println!("{:<3} {:<24} {:<9}   {}", "", "", "", ch.summary);
+            println!("{pad} {}", ch.summary);
+        }
+        if !ch.defaults.is_empty() {
+            println!("{pad} defaults: {}", ch.defaults.join(" "));
+        }
+        for e in &ch.examples {
+            println!(
+                "{pad} try: cargo lab run {} -- {}   ({})",
+                ch.number,
+                e.args.join(" "),
+                e.what
+            );
         }
     }
-    println!("\nrun one: `cargo lab run 06`; all in order: `cargo lab tour`");
+    println!(
+        "\nrun one: `cargo lab run 06`; all in order: `cargo lab tour`; arguments after \
+         `cargo lab run NN --` replace the chapter's defaults"
+    );
     Ok(0)
 }
 
@@ -725,48 +749,61 @@ fn prepare_checkers() -> Result<()> {
     Ok(())
 }
 
-/// `cargo build -p <pkgs>` with cargo's progress shown; returns package -> executable.
+/// The one build every command shares: `cargo test --workspace --no-run`, exactly what
+/// `cargo lab test` builds (its `cargo test --workspace`). `run`, `tour` and `test` thus build the
+/// same package selection with the same features: switching between them rebuilds nothing, and
+/// `target/debug/<chapter>` never flips between two differently-featured artifacts (which a
+/// `cargo build -p <chapter>` next to a `cargo test --workspace` does: features unify
+/// differently). Cargo's progress is shown; returns package -> executable for `pkgs`.
 fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let root = root()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
-        .arg("build")
-        .arg("--message-format=json-render-diagnostics");
-    for p in pkgs {
-        cmd.args(["-p", p]);
-    }
-    eprintln!("building {} ...", pkgs.join(", "));
+    cmd.current_dir(&root).args([
+        "test",
+        "--workspace",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    eprintln!("building (cargo test --workspace --no-run) ...");
     let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo build")?;
+        .context("running cargo test --no-run")?;
     if !out.status.success() {
         bail!(
-            "`cargo build -p {}` failed (see the errors above); if rdma-sys failed to build, \
-             `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang (<= 15, \
-             LIBCLANG_PATH)",
-            pkgs.join(" -p ")
+            "`cargo test --workspace --no-run` failed (see the errors above); if rdma-sys failed \
+             to build, `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang (<= 15, \
+             LIBCLANG_PATH)"
         );
     }
+    let exes = chapter_executables(&String::from_utf8_lossy(&out.stdout));
+    for p in pkgs {
+        if !exes.iter().any(|(n, _)| n == p) {
+            bail!("cargo built the workspace but reported no binary named {p}");
+        }
+    }
+    Ok(exes)
+}
+
+/// From cargo's JSON messages: (target name, executable) of every `bin` target built as a
+/// program (not as a unit-test harness, whose profile has `"test":true`).
+fn chapter_executables(json_lines: &str) -> Vec<(String, String)> {
     let re = regex::Regex::new(r#""executable":"([^"]+)""#).unwrap();
-    let name_re = regex::Regex::new(r#""target":\{[^}]*"name":"([^"]+)""#).unwrap();
+    let name_re =
+        regex::Regex::new(r#""target":\{[^}]*"kind":\["bin"\][^}]*"name":"([^"]+)""#).unwrap();
+    let profile_re = regex::Regex::new(r#""profile":\{[^}]*"test":false"#).unwrap();
     let mut exes = vec![];
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if !line.contains("\"reason\":\"compiler-artifact\"") {
+    for line in json_lines.lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !profile_re.is_match(line) {
             continue;
         }
         if let (Some(e), Some(n)) = (re.captures(line), name_re.captures(line)) {
             exes.push((n[1].to_string(), e[1].to_string()));
         }
     }
-    for p in pkgs {
-        if !exes.iter().any(|(n, _)| n == p) {
-            bail!("cargo built {p} but reported no binary named {p}");
-        }
-    }
-    Ok(exes)
+    exes
 }
 
 /// Runs a built chapter in a lab; prints its transcript.
@@ -805,6 +842,19 @@ fn run(key: &str, extra: &[String]) -> Result<i32> {
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let t = run_built(&lab, ch, exe, &extra)?;
     Ok(if t.success() { 0 } else { 1 })
+}
+
+fn build_cmd() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    prepare("build")?;
+    let exes = build(&[])?;
+    for ch in &course.chapters {
+        if let Some((_, exe)) = exes.iter().find(|(n, _)| *n == ch.package) {
+            let shown = Path::new(exe).strip_prefix(&root).unwrap_or(Path::new(exe));
+            println!("{:<3} {}", ch.number, shown.display());
+        }
+    }
+    Ok(0)
 }
 
 fn tour() -> Result<i32> {
@@ -896,8 +946,15 @@ fn test(args: &[String]) -> Result<i32> {
             // Start both topologies at once (a running `cargo lab up` lab is reused).
             let mut pending = vec![];
             for t in Topology::all() {
-                if daemon_alive(&lab::up_home(&root).join(t.name())) {
+                // A lab `cargo lab up` runs (in `LAB_STATE_DIR` when set, else this
+                // workspace's) is reused: the tests find it through a link in `home`.
+                let up = lab::daemon_home(&root).join(t.name());
+                if daemon_alive(&up) {
                     eprintln!("using the running {} lab (`cargo lab up`)", t.name());
+                    std::fs::create_dir_all(&home)?;
+                    std::os::unix::fs::symlink(&up, home.join(t.name())).with_context(|| {
+                        format!("linking {} into {}", up.display(), home.display())
+                    })?;
                     continue;
                 }
                 let dir = home.join(t.name());
@@ -936,7 +993,7 @@ fn test(args: &[String]) -> Result<i32> {
         let keep = failed_logs_dir();
         let mut dirs = started.clone();
         for t in Topology::all() {
-            let up = lab::up_home(&root).join(t.name());
+            let up = lab::daemon_home(&root).join(t.name());
             if !started.contains(&up) && up.exists() {
                 dirs.push(up);
             }

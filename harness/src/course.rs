@@ -13,6 +13,7 @@ pub struct Course {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Chapter {
     pub number: String,
     pub package: String,
@@ -20,12 +21,29 @@ pub struct Chapter {
     pub topology: String,
     #[serde(default)]
     pub summary: String,
+    /// The arguments every role gets when the user gives none (`cargo lab run NN`); arguments
+    /// after `cargo lab run NN -- ...` replace them.
+    #[serde(default)]
+    pub defaults: Vec<String>,
+    /// The runs the chapter's docs suggest (`cargo lab run NN -- <args>`).
+    #[serde(default, rename = "example")]
+    pub examples: Vec<Example>,
     pub single: Option<RoleSpec>,
     pub server: Option<RoleSpec>,
     pub client: Option<RoleSpec>,
 }
 
+/// A documented run of a chapter: `cargo lab run NN -- <args>`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Example {
+    pub args: Vec<String>,
+    /// One line: what to look at.
+    pub what: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RoleSpec {
     #[serde(default)]
     pub args: Vec<String>,
@@ -120,12 +138,19 @@ impl Chapter {
 
     /// The roles that run this chapter: `single` -> "run" on node a; `server`/`client` ->
     /// "server" on node a and "client" on node b (pair; loopback puts both on the one VM).
-    /// `{server}` becomes `server_addr`; `extra` is appended to every role's args.
-    pub fn roles(&self, exe: &str, extra: &[&str], server_addr: &str) -> Vec<Role> {
+    /// `{server}` becomes `server_addr`. Each role gets its own `args`, then `user` (the
+    /// arguments after `cargo lab run NN --`) or, when `user` is empty, the chapter's `defaults`:
+    /// the user's arguments replace the defaults, they never add to them.
+    pub fn roles(&self, exe: &str, user: &[&str], server_addr: &str) -> Vec<Role> {
+        let tail: Vec<String> = if user.is_empty() {
+            self.defaults.clone()
+        } else {
+            user.iter().map(|s| s.to_string()).collect()
+        };
         let mk = |name: &str, node: Node, spec: &RoleSpec| {
             let mut argv = vec![exe.to_string()];
             argv.extend(spec.args.iter().map(|a| a.replace("{server}", server_addr)));
-            argv.extend(extra.iter().map(|s| s.to_string()));
+            argv.extend(tail.iter().cloned());
             Role {
                 name: name.into(),
                 node,
@@ -165,6 +190,10 @@ number = "06"
 package = "ch06-pingpong"
 title = "Ping-pong"
 topology = "pair"
+defaults = ["-n", "100"]
+[[chapter.example]]
+args = ["-e"]
+what = "events"
 [chapter.server]
 args = ["-g", "1"]
 ready = "local address:"
@@ -196,6 +225,12 @@ args = ["-g", "1", "{server}"]
         assert_eq!(r[1].name, "client");
         assert_eq!(r[1].node, Node::B);
         assert_eq!(r[1].argv, ["/x/ch06", "-g", "1", "10.77.0.1", "-n", "5"]);
+        // No user arguments: the defaults; user arguments replace them.
+        let r = c.find("06").unwrap().roles("/x/ch06", &[], "10.77.0.1");
+        assert_eq!(r[0].argv, ["/x/ch06", "-g", "1", "-n", "100"]);
+        let r = c.find("06").unwrap().roles("/x/ch06", &["-e"], "10.77.0.1");
+        assert_eq!(r[0].argv, ["/x/ch06", "-g", "1", "-e"]);
+        assert_eq!(c.find("06").unwrap().examples[0].args, ["-e"]);
         let r = c.find("01").unwrap().roles("/x/ch01", &[], "127.0.0.1");
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].name, "run");
@@ -214,6 +249,13 @@ args = ["-g", "1", "{server}"]
             assert_eq!(ch.number.len(), 2, "{}", ch.package);
             assert!(ch.package.starts_with(&format!("ch{}-", ch.number)));
         }
+    }
+
+    #[test]
+    fn rejects_an_unknown_field() {
+        let bad = TOML.replace("defaults =", "default =");
+        let e = format!("{:#}", Course::parse(&bad).unwrap_err());
+        assert!(e.contains("unknown field `default`"), "{e}");
     }
 
     #[test]

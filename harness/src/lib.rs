@@ -18,6 +18,7 @@
 pub mod cli;
 pub mod conn;
 pub mod course;
+pub mod doc_commands;
 pub mod initramfs;
 pub mod kernel;
 pub mod lab;

@@ -697,7 +697,7 @@ pub fn chapter_roles(
     lab: &Lab,
     package: &str,
     exe: &str,
-    extra_args: &[&str],
+    args: &[&str],
 ) -> Result<Vec<Role>, String> {
     let (course, _) = Course::load().map_err(|e| format!("{e:#}"))?;
     let ch = course
@@ -711,19 +711,20 @@ pub fn chapter_roles(
             lab.topology.name()
         ));
     }
-    Ok(ch.roles(exe, extra_args, lab.server_addr()))
+    Ok(ch.roles(exe, args, lab.server_addr()))
 }
 
 /// Runs a chapter as `chapters/course.toml` describes it; `exe` is the chapter binary
-/// (`env!("CARGO_BIN_EXE_<package>")`); `extra_args` are appended to every role's args.
-pub fn run_chapter(package: &str, exe: &str, extra_args: &[&str]) -> Transcript {
+/// (`env!("CARGO_BIN_EXE_<package>")`); `args` replace the chapter's `defaults` when not empty,
+/// exactly as `cargo lab run NN -- <args>` does.
+pub fn run_chapter(package: &str, exe: &str, args: &[&str]) -> Transcript {
     let (course, _) = Course::load().unwrap_or_else(|e| panic!("{e:#}"));
     let ch = course
         .find(package)
         .unwrap_or_else(|| panic!("chapter {package} is not in chapters/course.toml"));
     let topology = ch.topology().unwrap_or_else(|e| panic!("{e}"));
     let lab = lab(topology);
-    let roles = chapter_roles(&lab, package, exe, extra_args).unwrap_or_else(|e| panic!("{e}"));
+    let roles = chapter_roles(&lab, package, exe, args).unwrap_or_else(|e| panic!("{e}"));
     let _g = lock(&lab);
     match run_roles_in(&lab, &roles, run_timeout()) {
         Ok(t) => t,

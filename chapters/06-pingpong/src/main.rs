@@ -7,9 +7,11 @@
 //! output lines, so either end can be the C tool, in both directions:
 //!
 //! ```text
-//! cargo lab run 06                                    # both ends ours, as the course runs it
-//! ch06-pingpong -g 1            &   ibv_rc_pingpong -g 1 127.0.0.1     # our server, C client
-//! ibv_rc_pingpong -g 1          &   ch06-pingpong -g 1 127.0.0.1       # C server, our client
+//! cargo lab run 06                                              # both ends ours, as the course runs it
+//! cargo lab exec -- target/debug/ch06-pingpong -g 1             # terminal 1: our server ...
+//! cargo lab exec -- ibv_rc_pingpong -g 1 127.0.0.1              # terminal 2: ... a C client
+//! cargo lab exec -- ibv_rc_pingpong -g 1                        # terminal 1: a C server ...
+//! cargo lab exec -- target/debug/ch06-pingpong -g 1 127.0.0.1   # terminal 2: ... our client
 //! ```
 //!
 //! What it teaches:
@@ -29,8 +31,8 @@
 //! the message fits), `ibv_poll_cq`; and, put together for the first time, everything of
 //! chapters 01-05.
 //!
-//! Run it: `cargo lab run 06` (both ends in the lab's loopback topology), or by hand in the lab:
-//! `ch06-pingpong -g 1` in one shell, `ch06-pingpong -g 1 127.0.0.1` in another. `--help`
+//! Run it: `cargo lab run 06` (both ends in the lab's loopback topology), or by hand in two
+//! terminals as above (`cargo lab build` builds what `cargo lab run` runs). `--help`
 //! lists the flags; they are ibv_rc_pingpong's, plus `--timeout`.
 //!
 //! Where it differs from the C tool, on purpose:

@@ -55,7 +55,8 @@ fn assert_pingpong(t: &Transcript, size: u32, iters: u32) {
 
 #[rstest]
 #[case::busy_polling(&[])]
-#[case::events(&["-e"])]
+// Arguments replace the chapter's defaults (`-n 100`), as after `cargo lab run 06 --`.
+#[case::events(&["-n", "100", "-e"])]
 fn chapter(#[case] extra: &[&str]) {
     let t = run_chapter(PKG, EXE, extra);
     let suffix = if extra.is_empty() {

@@ -18,10 +18,10 @@
 //!
 //! ```text
 //! cargo lab run 08                       # every case, in order (the default `all`)
-//! cargo lab run 08 -- bad-rkey           # one case (arguments after -- are appended)
-//! ch08-failure-modes --list              # the cases, one line each
-//! ch08-failure-modes mtu-too-large --serve            # node a of the pair topology
-//! ch08-failure-modes mtu-too-large --connect 10.77.0.1  # node b
+//! cargo lab run 08 -- bad-rkey           # one case (arguments after -- replace `all`)
+//! cargo lab exec -- target/debug/ch08-failure-modes --list       # the cases, one line each
+//! cargo lab exec -n a -- target/debug/ch08-failure-modes mtu-too-large --serve              # terminal 1: node a
+//! cargo lab exec -n b -- target/debug/ch08-failure-modes mtu-too-large --connect 10.77.0.1  # terminal 2: node b
 //! ```
 //!
 //! Layout: `cases/` holds one file per case (read them in the order of `--list`);
