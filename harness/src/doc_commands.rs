@@ -2,13 +2,13 @@
 //! (`harness/tests/doc_commands.rs`), in the manner of trycmd.
 //!
 //! Where commands are found:
-//! - in Markdown files, every line of a fenced code block that starts with `cargo lab ` (or
-//!   `$ cargo lab `), and every inline code span that starts with `cargo lab `;
+//! - in Markdown files, every line of a fenced code block that starts with "cargo lab " (or
+//!   "$ cargo lab "), and every inline code span that starts with "cargo lab ";
 //! - in Rust files, the same inside the `//!` header (the crate or module docs).
 //!
 //! A line of a code block that starts with a chapter binary (`ch06-pingpong ...`,
 //! `target/debug/ch06-pingpong ...`) or a C tool (`ibv_rc_pingpong ...`) is an error: write it as
-//! `cargo lab exec -- target/debug/ch06-pingpong ...`, which the test can run where the device
+//! "cargo lab exec -- target/debug/ch06-pingpong ...", which the test can run where the device
 //! is.
 //!
 //! What the text says about a command, in a trailing `# ...` comment:

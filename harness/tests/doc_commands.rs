@@ -229,10 +229,10 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
             eprintln!("doc: {} | {}", c.run, second.run);
             let first = spawn(c, labs);
             // The second terminal starts once the first has printed a line (our servers print
-            // theirs once they listen), or after 20 s for a server that says nothing before a
+            // theirs once they listen), or after 5 s for a server that says nothing before a
             // client comes (the C tools); our clients retry their connection anyway.
             let res = first.and_then(|mut a| {
-                wait_first_line(&mut a, Duration::from_secs(20));
+                wait_first_line(&mut a, Duration::from_secs(5));
                 Ok((a, spawn(second, labs)?))
             });
             match res {
@@ -281,20 +281,25 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
 /// shown), synopses left out, short forms applied.
 fn runnable(cmds: Vec<DocCommand>) -> Vec<DocCommand> {
     let mut seen = HashSet::new();
-    let mut out = vec![];
-    for mut c in cmds {
-        if c.kind == Kind::Synopsis {
-            continue;
-        }
+    let mut out: Vec<DocCommand> = vec![];
+    let mut it = cmds.into_iter().filter(|c| c.kind != Kind::Synopsis).peekable();
+    while let Some(mut c) = it.next() {
         if let Some(s) = short_form(&c.run) {
             c.run = s.to_string();
         }
-        // Terminal pairs run as a pair every time they are shown.
-        let key = (c.run.clone(), c.kind.clone(), c.expect.clone());
-        if matches!(c.kind, Kind::Run) && !seen.insert(key) {
+        if c.kind == Kind::Terminal1 && it.peek().is_some_and(|n| n.kind == Kind::Terminal2) {
+            // A pair of terminals: once per distinct pair.
+            let second = it.next().unwrap();
+            let key = format!("{}\n{}", c.run, second.run);
+            if seen.insert((key, Kind::Terminal1, c.expect.clone())) {
+                out.push(c);
+                out.push(second);
+            }
             continue;
         }
-        out.push(c);
+        if seen.insert((c.run.clone(), c.kind.clone(), c.expect.clone())) {
+            out.push(c);
+        }
     }
     out
 }
@@ -331,7 +336,8 @@ fn the_docs_are_well_formed() {
     assert!(subs.iter().any(|s| s == "run"), "{subs:?}");
     for c in &cmds {
         let sub = c.subcommand();
-        if !subs.contains(&sub) && !HIDDEN.contains(&sub.as_str()) && !sub.starts_with('<') {
+        let word = sub.chars().all(|c| c.is_ascii_lowercase());
+        if word && !subs.contains(&sub) && !HIDDEN.contains(&sub.as_str()) {
             bad.push(format!(
                 "{}: `{}`: `cargo lab {}` is not a command ({})",
                 c.place,

@@ -32,7 +32,7 @@
 //! chapters 01-05.
 //!
 //! Run it: `cargo lab run 06` (both ends in the lab's loopback topology), or by hand in two
-//! terminals as above (`cargo lab build` builds what `cargo lab run` runs). `--help`
+//! terminals as above (`cargo lab build` builds what `cargo lab run 06` runs). `--help`
 //! lists the flags; they are ibv_rc_pingpong's, plus `--timeout`.
 //!
 //! Where it differs from the C tool, on purpose:
