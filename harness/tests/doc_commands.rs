@@ -282,7 +282,10 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
 fn runnable(cmds: Vec<DocCommand>) -> Vec<DocCommand> {
     let mut seen = HashSet::new();
     let mut out: Vec<DocCommand> = vec![];
-    let mut it = cmds.into_iter().filter(|c| c.kind != Kind::Synopsis).peekable();
+    let mut it = cmds
+        .into_iter()
+        .filter(|c| c.kind != Kind::Synopsis)
+        .peekable();
     while let Some(mut c) = it.next() {
         if let Some(s) = short_form(&c.run) {
             c.run = s.to_string();
