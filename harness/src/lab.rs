@@ -396,13 +396,14 @@ impl Lab {
             ensure_native_device()?;
             return Ok(Lab::native(topology));
         }
-        let mut homes = vec![];
-        if let Some(d) = std::env::var_os("LAB_STATE_DIR") {
-            homes.push(PathBuf::from(d));
-        }
-        if let Some(ws) = workspace {
-            homes.push(up_home(ws));
-        }
+        // The labs `cargo lab up` keeps: in `LAB_STATE_DIR` when it is set (it replaces the
+        // workspace's dir, as for `up` itself: `cargo lab test` links the labs it reuses there),
+        // else in this workspace's dir.
+        let homes: Vec<PathBuf> = match (std::env::var_os("LAB_STATE_DIR"), workspace) {
+            (Some(d), _) => vec![PathBuf::from(d)],
+            (None, Some(ws)) => vec![up_home(ws)],
+            (None, None) => vec![],
+        };
         for h in homes {
             let dir = h.join(topology.name());
             if dir.join("node-a.sock").exists()
