@@ -127,11 +127,24 @@ fn all_cases_in_order() {
 
 #[test]
 fn mtu_too_large_between_two_nodes() {
+    // Two kernels on a wire: the oversized packet is dropped by the sending node's netdev. The
+    // native provider serves the pair on one device, where packets loop back inside rxe and no
+    // MTU applies: this case cannot happen there, so it fails saying where it runs.
+    let lab = harness::testing::lab(Topology::Pair);
+    assert!(
+        !lab.single_device(),
+        "mtu_too_large_between_two_nodes needs two nodes on a wire, and this lab ({}) serves both \
+         nodes on one rxe device, where packets never cross a netdev and no MTU applies. Run it \
+         where the pair is two VMs: `LAB_PROVIDER=vm cargo lab test -- -p ch08-failure-modes \
+         --test e2e mtu_too_large` (needs QEMU: `cargo lab setup --vm`)",
+        lab.origin
+    );
+    let server = lab.server_addr().to_string();
     let t = run_roles(
         Topology::Pair,
         vec![
             Role::new("server", [EXE, "mtu-too-large", "--serve"]).ready("listening on"),
-            Role::new("client", [EXE, "mtu-too-large", "--connect", "10.77.0.1"]).on(Node::B),
+            Role::new("client", [EXE, "mtu-too-large", "--connect", &server]).on(Node::B),
         ],
     );
     insta::assert_snapshot!("mtu_pair", t.redacted());
