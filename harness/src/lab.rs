@@ -518,6 +518,39 @@ impl Lab {
         self.provider == Provider::Native
     }
 
+    /// A pair whose nodes are two kernels on a wire, for what one device cannot show (a
+    /// packet larger than the link's MTU is dropped): the microVM pair, booted in this process,
+    /// when KVM is usable here (a native host with QEMU and KVM, e.g. a CI runner). Without KVM
+    /// it is not attempted (under TCG inside a VM it would take far too long): the error says
+    /// why and which command runs the case instead.
+    pub fn boot_wire_pair() -> Result<Lab> {
+        let instead = "run it where the pair is two VMs: `LAB_PROVIDER=vm cargo lab test` (needs \
+                       QEMU: `cargo lab setup --vm`)";
+        if std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_err()
+        {
+            bail!(
+                "this case needs two nodes on a wire; the native provider serves the pair on one \
+                 device, and without a usable /dev/kvm no microVM pair is booted for it here; \
+                 {instead}"
+            );
+        }
+        let mut opts = VmOptions::from_env();
+        let plan = vm::plan(Topology::Pair, &opts)
+            .with_context(|| format!("booting a microVM pair for a wire; {instead}"))?;
+        if plan.accel != vm::Accel::Kvm {
+            bail!(
+                "this case needs two nodes on a wire, and KVM does not run guests here (the probe \
+                 fell back to TCG); {instead}"
+            );
+        }
+        opts.accel = Some(vm::Accel::Kvm);
+        Lab::boot(Topology::Pair, &opts)
+    }
+
     /// The server address chapters' clients use (docs/conventions.md §2).
     pub fn server_addr(&self) -> &'static str {
         match (self.provider, self.topology) {

@@ -189,7 +189,8 @@ mod tests {
     /// shows which GIDs are the same.
     #[test]
     fn gids_are_numbered_by_value() {
-        let vm = "server gid=::ffff:10.77.0.1\nclient gid=::ffff:10.77.0.2 server gid=::ffff:10.77.0.1";
+        let vm =
+            "server gid=::ffff:10.77.0.1\nclient gid=::ffff:10.77.0.2 server gid=::ffff:10.77.0.1";
         assert_eq!(
             redact(vm),
             "server gid=[GID#1]\nclient gid=[GID#2] server gid=[GID#1]"
