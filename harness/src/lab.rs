@@ -169,36 +169,114 @@ pub fn native_loadable() -> bool {
         && vm::which("modprobe").is_some()
 }
 
-/// The native provider's device: an existing one, else `rxe_lab` created on the default-route
-/// netdev (loads rdma_rxe). A created link is deleted when this process exits (a reaper child,
-/// as for state dirs).
+/// The lab's pinned loopback network (docs/conventions.md §2), which the native provider builds
+/// when it creates its own device: the same netdev, MAC and address as the loopback microVM, so
+/// GUIDs, GIDs and the device table are the same as there (and in the snapshots).
+pub const NATIVE_NETDEV: &str = "veth0";
+const NATIVE_PEER: &str = "veth1";
+const NATIVE_MAC: &str = "52:54:00:00:00:01";
+const NATIVE_ADDR: &str = "10.99.0.1/24";
+/// The device the native provider creates.
+pub const NATIVE_DEVICE: &str = "rxe0";
+
+/// The command that builds the native provider's device by hand (as root), for messages.
+pub fn native_setup_command() -> String {
+    format!(
+        "sudo env RXE_VETH_PEER={NATIVE_PEER} RXE_MAC={NATIVE_MAC} RXE_ADDR={NATIVE_ADDR} \
+         bash vagrant/rxe-up.sh {NATIVE_NETDEV} {NATIVE_DEVICE}"
+    )
+}
+
+/// The native provider's device: an existing one (`LAB_DEVICE` when set), else `rxe0` created
+/// on the lab's pinned loopback network (`veth0`/`veth1`, 52:54:00:00:00:01, 10.99.0.1/24, as in
+/// the loopback microVM), which loads rdma_rxe. What this creates is deleted when this process
+/// exits (a reaper child, as for state dirs).
 pub fn ensure_native_device() -> Result<()> {
+    if let Ok(want) = std::env::var("LAB_DEVICE")
+        && !want.is_empty()
+    {
+        if Path::new("/sys/class/infiniband").join(&want).exists() {
+            return Ok(());
+        }
+        let have: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        bail!(
+            "LAB_DEVICE={want}, but this host's RDMA devices are {have:?}; fix: unset LAB_DEVICE, \
+             or create it: {}",
+            native_setup_command()
+        );
+    }
     if native_available() {
         return Ok(());
     }
-    let ok = |c: &mut std::process::Command| c.status().map(|s| s.success()).unwrap_or(false);
-    if !ok(std::process::Command::new("modprobe").arg("rdma_rxe")) {
-        bail!("cannot load rdma_rxe here; fix: unset LAB_PROVIDER (the VM provider needs none)");
+    if !is_root() {
+        bail!(
+            "the native provider needs an rxe device and this host has none (creating one needs \
+             root); fix: {} (or `bash scripts/setup.sh --native`), or unset LAB_PROVIDER to use \
+             the microVM",
+            native_setup_command()
+        );
     }
-    let route = std::process::Command::new("ip")
-        .args(["-o", "route", "show", "default"])
-        .output()
-        .context("ip route")?;
-    let route = String::from_utf8_lossy(&route.stdout).into_owned();
-    let dev = route
-        .split_whitespace()
-        .skip_while(|w| *w != "dev")
-        .nth(1)
-        .context("no default-route netdev to put rxe on")?
-        .to_string();
-    if !ok(std::process::Command::new("rdma")
-        .args(["link", "add", "rxe_lab", "type", "rxe", "netdev", &dev]))
-    {
-        bail!("`rdma link add rxe_lab type rxe netdev {dev}` failed");
+    let run = |args: &[&str]| -> Result<()> {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .with_context(|| format!("running {}", args[0]))?;
+        if !out.status.success() {
+            bail!(
+                "`{}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    };
+    run(&["modprobe", "rdma_rxe"]).context(
+        "cannot load rdma_rxe here (this kernel lacks it); fix: unset LAB_PROVIDER (the microVM \
+         boots a kernel that has it)",
+    )?;
+    let exists = Path::new("/sys/class/net").join(NATIVE_NETDEV).exists();
+    if !exists {
+        run(&[
+            "ip",
+            "link",
+            "add",
+            NATIVE_NETDEV,
+            "address",
+            NATIVE_MAC,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            NATIVE_PEER,
+        ])?;
+        run(&["ip", "addr", "add", NATIVE_ADDR, "dev", NATIVE_NETDEV])?;
+        run(&["ip", "link", "set", NATIVE_PEER, "up"])?;
+        run(&["ip", "link", "set", NATIVE_NETDEV, "up"])?;
     }
+    run(&[
+        "rdma",
+        "link",
+        "add",
+        NATIVE_DEVICE,
+        "type",
+        "rxe",
+        "netdev",
+        NATIVE_NETDEV,
+    ])?;
     use std::os::unix::process::CommandExt as _;
+    let undo = if exists {
+        format!("rdma link delete {NATIVE_DEVICE}")
+    } else {
+        format!("rdma link delete {NATIVE_DEVICE}; ip link delete {NATIVE_NETDEV}")
+    };
     if let Ok(mut c) = std::process::Command::new("sh")
-        .args(["-c", "read -r _; rdma link delete rxe_lab", "lab-reaper"])
+        .args(["-c", &format!("read -r _; {undo}"), "lab-reaper"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -208,16 +286,22 @@ pub fn ensure_native_device() -> Result<()> {
         std::mem::forget(c.stdin.take());
     }
     let deadline = Instant::now() + Duration::from_secs(10);
+    let port = Path::new("/sys/class/infiniband")
+        .join(NATIVE_DEVICE)
+        .join("ports/1");
     while Instant::now() < deadline {
-        let st = std::fs::read_to_string("/sys/class/infiniband/rxe_lab/ports/1/state")
-            .unwrap_or_default();
-        if st.contains("ACTIVE") {
-            eprintln!("harness: created rxe_lab on {dev} (deleted when this process exits)");
+        let st = std::fs::read_to_string(port.join("state")).unwrap_or_default();
+        let gid1 = std::fs::read_to_string(port.join("gids/1")).unwrap_or_default();
+        if st.contains("ACTIVE") && gid1.starts_with("0000:0000:0000:0000:0000:ffff:") {
+            eprintln!(
+                "harness: created {NATIVE_DEVICE} on {NATIVE_NETDEV} ({NATIVE_MAC}, {NATIVE_ADDR}; \
+                 deleted when this process exits)"
+            );
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    bail!("rxe_lab on {dev} did not become ACTIVE within 10 s")
+    bail!("{NATIVE_DEVICE} on {NATIVE_NETDEV} did not become ACTIVE with its IPv4 GID within 10 s")
 }
 
 /// `LAB_PROVIDER=vm|native`, else native when an RDMA device exists (or rdma_rxe can be loaded
@@ -227,8 +311,9 @@ pub fn chosen_provider() -> Result<Provider> {
         Ok("native") => {
             if !native_available() && !native_loadable() {
                 bail!(
-                    "LAB_PROVIDER=native but this host has no RDMA device; fix: run \
-                     `bash scripts/setup.sh --native` (loads rdma_rxe) or unset LAB_PROVIDER"
+                    "LAB_PROVIDER=native but this host has no RDMA device; fix: {} (or \
+                     `bash scripts/setup.sh --native`), or unset LAB_PROVIDER to use the microVM",
+                    native_setup_command()
                 );
             }
             Ok(Provider::Native)
@@ -263,7 +348,11 @@ fn topo_nodes(t: Topology) -> &'static [Node] {
 }
 
 impl Lab {
-    /// Runs commands on this host (an RDMA device exists here).
+    /// Runs commands on this host (an RDMA device exists here). Both topologies are served by
+    /// the one device: in `pair`, nodes a and b are this host (roles keep their node, and the
+    /// server's address is 127.0.0.1). What needs a real wire between two kernels (a packet
+    /// larger than the link's MTU being dropped) cannot happen on one device: see
+    /// [`Lab::single_device`].
     pub fn native(topology: Topology) -> Lab {
         let nodes = topo_nodes(topology)
             .iter()
@@ -422,6 +511,45 @@ impl Lab {
             .find(|n| n.node == node)
             .map(|n| &n.conn)
             .unwrap_or(&self.nodes[0].conn)
+    }
+
+    /// Do both nodes share one rxe device (the native provider's pair)? Then packets between
+    /// them loop back inside rxe and never cross a netdev: nothing enforces an MTU.
+    pub fn single_device(&self) -> bool {
+        self.provider == Provider::Native
+    }
+
+    /// A pair whose nodes are two kernels on a wire, for what one device cannot show (a
+    /// packet larger than the link's MTU is dropped): the microVM pair, booted in this process,
+    /// when KVM is usable here (a native host with QEMU and KVM, e.g. a CI runner). Without KVM
+    /// it is not attempted (under TCG inside a VM it would take far too long): the error says
+    /// why and which command runs the case instead.
+    pub fn boot_wire_pair() -> Result<Lab> {
+        let instead = "run it where the pair is two VMs: `LAB_PROVIDER=vm cargo lab test` (needs \
+                       QEMU: `cargo lab setup --vm`)";
+        if std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_err()
+        {
+            bail!(
+                "this case needs two nodes on a wire; the native provider serves the pair on one \
+                 device, and without a usable /dev/kvm no microVM pair is booted for it here; \
+                 {instead}"
+            );
+        }
+        let mut opts = VmOptions::from_env();
+        let plan = vm::plan(Topology::Pair, &opts)
+            .with_context(|| format!("booting a microVM pair for a wire; {instead}"))?;
+        if plan.accel != vm::Accel::Kvm {
+            bail!(
+                "this case needs two nodes on a wire, and KVM does not run guests here (the probe \
+                 fell back to TCG); {instead}"
+            );
+        }
+        opts.accel = Some(vm::Accel::Kvm);
+        Lab::boot(Topology::Pair, &opts)
     }
 
     /// The server address chapters' clients use (docs/conventions.md §2).

@@ -3,7 +3,15 @@
 //! Identifiers that must match across processes (a client's remote QPN is the server's local
 //! QPN) become numbered placeholders, numbered by first appearance over the whole text, by
 //! value: `qpn=0x000011` and `QPN 0x000011` are the same `[QPN#1]`. Timings and rates become
-//! fixed placeholders. Completion statuses, errnos and GIDs are left alone.
+//! fixed placeholders. Completion statuses and errnos are left alone.
+//!
+//! IPv4-mapped GIDs (`::ffff:10.77.0.1`, the RoCE v2 GIDs every node uses) are node-specific:
+//! they become `[GID#n]`, numbered by value like the identifiers, so a client's `server
+//! gid=[GID#1]` still visibly matches the server's own `gid=[GID#1]`. This is what lets one
+//! snapshot hold for every provider: the microVM pair (nodes a and b at 10.77.0.1/.2) and the
+//! native provider, which serves both nodes on one device (one GID, in that order of first
+//! appearance). The link-local `fe80::` GID stays: it comes from the pinned MAC, and only the
+//! loopback device table of chapter 01 shows it.
 
 use regex::{Captures, Regex};
 use std::collections::HashMap;
@@ -14,6 +22,7 @@ const VALUE: &str = r"[0-9][0-9.]*(?:[eE][+-]?[0-9]+)?[A-Za-zµ/]*";
 
 struct Table {
     numbered: Vec<(Regex, &'static str)>,
+    gid: Regex,
     fixed: Vec<(Regex, String)>,
 }
 
@@ -61,7 +70,13 @@ fn table() -> &'static Table {
             fixed_label("ops=", VALUE, "[RATE]"),
             fixed_label("pid=", "[0-9]+", "[PID]"),
         ];
-        Table { numbered, fixed }
+        let gid = Regex::new(r"::ffff:(?P<v4>[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})\b")
+            .expect("redaction regex");
+        Table {
+            numbered,
+            gid,
+            fixed,
+        }
     })
 }
 
@@ -81,6 +96,15 @@ pub fn redact(text: &str) -> String {
             })
             .into_owned();
     }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    s = t
+        .gid
+        .replace_all(&s, |c: &Captures| {
+            let next = seen.len() + 1;
+            let n = *seen.entry(c["v4"].to_string()).or_insert(next);
+            format!("[GID#{n}]")
+        })
+        .into_owned();
     for (re, rep) in &t.fixed {
         s = re.replace_all(&s, rep.as_str()).into_owned();
     }
@@ -119,7 +143,10 @@ mod tests {
     )]
     #[case::status_untouched("IBV_WC_REM_ACCESS_ERR (10)", "IBV_WC_REM_ACCESS_ERR (10)")]
     #[case::errno_untouched("EINVAL (22)", "EINVAL (22)")]
-    #[case::gid_untouched("gid=::ffff:10.99.0.1", "gid=::ffff:10.99.0.1")]
+    #[case::gid("gid=::ffff:10.99.0.1", "gid=[GID#1]")]
+    #[case::gid_bare("GID ::ffff:10.77.0.2, PSN", "GID [GID#1], PSN")]
+    #[case::gid_link_local_untouched("fe80::5054:ff:fe00:1", "fe80::5054:ff:fe00:1")]
+    #[case::gid_placeholder_text_untouched("the ::ffff:a.b.c.d entry", "the ::ffff:a.b.c.d entry")]
     #[case::underscore_prefix("dest_qpn=0x000011", "dest_qpn=[QPN#1]")]
     #[case::not_inside_a_word("xqpn=0x000011 mypid=12", "xqpn=0x000011 mypid=12")]
     #[case::punctuation_after(
@@ -152,8 +179,27 @@ mod tests {
                  remote qpn=0x000011\nQPN 0x000013";
         assert_eq!(
             redact(t),
-            "  local address:  LID 0x0000, QPN [QPN#1], PSN [PSN#1], GID ::ffff:10.99.0.1\n\
+            "  local address:  LID 0x0000, QPN [QPN#1], PSN [PSN#1], GID [GID#1]\n\
              remote qpn=[QPN#1]\nQPN [QPN#2]"
+        );
+    }
+
+    /// The microVM pair (two GIDs) and the native pair (both nodes on one device: one GID)
+    /// agree wherever a transcript shows only the server's GID, and each run's own numbering
+    /// shows which GIDs are the same.
+    #[test]
+    fn gids_are_numbered_by_value() {
+        let vm =
+            "server gid=::ffff:10.77.0.1\nclient gid=::ffff:10.77.0.2 server gid=::ffff:10.77.0.1";
+        assert_eq!(
+            redact(vm),
+            "server gid=[GID#1]\nclient gid=[GID#2] server gid=[GID#1]"
+        );
+        let one_device = "server gid=::ffff:10.99.0.1\nclient gid=::ffff:10.99.0.1";
+        assert_eq!(redact(one_device), "server gid=[GID#1]\nclient gid=[GID#1]");
+        assert_eq!(
+            redact("device rxe0 gid[1] gid=::ffff:10.77.0.1"),
+            redact("device rxe0 gid[1] gid=::ffff:10.99.0.1")
         );
     }
 

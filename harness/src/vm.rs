@@ -362,6 +362,32 @@ pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
         initramfs::cached_vmlinux(&kernel).unwrap_or_else(|| kernel.image.clone())
     };
     let accel = match opts.accel {
+        // LAB_ACCEL=kvm is a demand, not a preference: a job that asked for KVM must not pass
+        // slowly (or time out) under TCG because /dev/kvm is missing or unusable.
+        Some(Accel::Kvm) => {
+            if let Err(e) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/kvm")
+            {
+                bail!(
+                    "LAB_ACCEL=kvm, but /dev/kvm cannot be opened ({e}): refusing to fall back to \
+                     TCG. Fix: give this user access (`sudo usermod -aG kvm $USER`, or a udev rule \
+                     making /dev/kvm 0666, then `sudo udevadm settle`), or unset LAB_ACCEL to let \
+                     the harness probe and use TCG"
+                );
+            }
+            if probe_accel(&kernel, &kernel.image) != Accel::Kvm {
+                bail!(
+                    "LAB_ACCEL=kvm, but a 6 s KVM boot of {} did not reach the kernel's first \
+                     console line (verdict cached in {}): refusing to fall back to TCG. Fix: \
+                     check the host's KVM (`dmesg | grep -i kvm`), or unset LAB_ACCEL to use TCG",
+                    kernel.image.display(),
+                    initramfs::cache_dir().display()
+                );
+            }
+            Accel::Kvm
+        }
         Some(a) => a,
         None => probe_accel(&kernel, &kernel.image),
     };

@@ -34,6 +34,10 @@ fn redacted(s: &str) -> String {
         (format!(r"\brate={VALUE}"), "rate=[RATE]"),
         (format!(r"\bops={VALUE}"), "ops=[RATE]"),
         (r"\bpid=[0-9]+".into(), "pid=[PID]"),
+        (
+            r"::ffff:[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\b".into(),
+            "[GID]",
+        ),
     ];
     let mut out = s.to_string();
     for (re, rep) in rules {
@@ -86,8 +90,8 @@ const LOOPBACK_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 99
 #[case::ops(show::ops(1234, Duration::from_secs(1)).to_string(), "ops=1234/s", "ops=[RATE]")]
 #[case::ops_slow(show::ops(1, Duration::from_secs(2)).to_string(), "ops=0.50/s", "ops=[RATE]")]
 #[case::ops_zero_time(show::ops(10, Duration::ZERO).to_string(), "ops=10000000000/s", "ops=[RATE]")]
-#[case::gid(show::gid(&LOOPBACK_GID).to_string(), "gid=::ffff:10.99.0.1", "gid=::ffff:10.99.0.1")]
-#[case::gid_bare(show::gid_bare(&LOOPBACK_GID).to_string(), "::ffff:10.99.0.1", "::ffff:10.99.0.1")]
+#[case::gid(show::gid(&LOOPBACK_GID).to_string(), "gid=::ffff:10.99.0.1", "gid=[GID]")]
+#[case::gid_bare(show::gid_bare(&LOOPBACK_GID).to_string(), "::ffff:10.99.0.1", "[GID]")]
 #[case::mtu(show::mtu(1024).to_string(), "mtu=1024", "mtu=1024")]
 #[case::errno(show::errno(22).to_string(), "EINVAL (22)", "EINVAL (22)")]
 #[case::pingpong_bw(
@@ -103,7 +107,7 @@ const LOOPBACK_GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 99
 #[case::pingpong_local(
     show::pingpong_address(Side::Local, 0, 0x11, 0x1b2c3d, &LOOPBACK_GID).to_string(),
     "  local address:  LID 0x0000, QPN 0x000011, PSN 0x1b2c3d, GID ::ffff:10.99.0.1",
-    "  local address:  LID 0x0000, QPN [QPN], PSN [PSN], GID ::ffff:10.99.0.1"
+    "  local address:  LID 0x0000, QPN [QPN], PSN [PSN], GID [GID]"
 )]
 #[case::pingpong_remote(
     show::pingpong_address(Side::Remote, 0x12, 0xabcdef, 0x000001, &[0; 16]).to_string(),
@@ -134,7 +138,7 @@ fn forms_compose_on_one_line() {
     );
     assert_eq!(
         redacted(&line),
-        "step 4: remote qpn=[QPN] psn=[PSN] gid=::ffff:10.99.0.1 addr=[ADDR] rkey=[RKEY] \
+        "step 4: remote qpn=[QPN] psn=[PSN] gid=[GID] addr=[ADDR] rkey=[RKEY] \
          elapsed=[ELAPSED]"
     );
 }
@@ -323,10 +327,10 @@ fn the_harness_redacts_every_form() {
     assert_eq!(
         harness::testing::redact(&text),
         "server: local qpn=[QPN#1] psn=[PSN#1]\n\
-         \x20 local address:  LID 0x0000, QPN [QPN#1], PSN [PSN#1], GID ::ffff:10.99.0.1\n\
-         \x20 remote address: LID 0x0000, QPN [QPN#2], PSN [PSN#2], GID ::ffff:10.99.0.1\n\
+         \x20 local address:  LID 0x0000, QPN [QPN#1], PSN [PSN#1], GID [GID#1]\n\
+         \x20 remote address: LID 0x0000, QPN [QPN#2], PSN [PSN#2], GID [GID#1]\n\
          client: remote qpn=[QPN#1] QPN [QPN#2]\n\
-         lkey=[LKEY#1] rkey=[RKEY#1] addr=[ADDR#1] gid=::ffff:10.99.0.1\n\
+         lkey=[LKEY#1] rkey=[RKEY#1] addr=[ADDR#1] gid=[GID#1]\n\
          elapsed=[ELAPSED] cpu=[CPU] lat=[LAT] rate=[RATE] ops=[RATE] pid=[PID]\n\
          8192000 bytes in [ELAPSED] seconds = [RATE] Mbit/sec\n\
          1000 iters in [ELAPSED] seconds = [LAT] usec/iter\n\
