@@ -1451,6 +1451,60 @@ fn checks() -> Vec<Check> {
             "",
         ));
     }
+    c.extend(userspace_checks());
+    c
+}
+
+/// A known bug of the rxe userspace provider: fixed in `fixed_in` (rdma-core major version).
+struct ProviderBug {
+    fixed_in: u32,
+    what: &'static str,
+}
+
+const PROVIDER_BUGS: &[ProviderBug] = &[
+    ProviderBug {
+        fixed_in: 55,
+        what: "extended CQ polling advances the consumer index twice after ENOENT (a second \
+               drain reads a zeroed slot); upstream: rdma-core pull request 1512",
+    },
+    ProviderBug {
+        fixed_in: 59,
+        what: "double unlock in cq_ex polling; upstream: rdma-core pull request 1617",
+    },
+];
+
+/// The rdma-core userspace the lab runs (the host's, over 9p, or the native host's) and the
+/// known rxe provider bugs of that version (docs/userspace-bugs.md).
+fn userspace_checks() -> Vec<Check> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "ibverbs-providers"])
+        .output();
+    let version = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => return vec![],
+    };
+    let major: u32 = version
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut c = vec![check(
+        "rdma-core userspace (the lab runs the host's)",
+        true,
+        false,
+        format!("ibverbs-providers {version}"),
+        "",
+    )];
+    for b in PROVIDER_BUGS.iter().filter(|b| major < b.fixed_in) {
+        c.push(check(
+            &format!("rxe provider bug, fixed in rdma-core {}", b.fixed_in),
+            false,
+            false,
+            b.what.to_string(),
+            "affects ibv_create_cq_ex polling only (ibv_poll_cq is fine); see \
+             docs/userspace-bugs.md for a newer provider (RDMAV_DRIVERS)",
+        ));
+    }
     c
 }
 
