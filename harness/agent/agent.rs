@@ -99,6 +99,7 @@ fn serve(
                 runner.run(r)
             }
             Request::Kill { id } => runner.kill(id),
+            Request::Stdin { id, data } => runner.stdin(id, data),
             Request::Ping => {
                 let setup = setup.clone();
                 let sink = sink.clone();

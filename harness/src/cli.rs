@@ -65,8 +65,12 @@ enum Sub {
         #[arg(long, short, default_value = "all")]
         topology: TopoArg,
     },
-    /// Run a command where the rxe device is (starts the lab if needed); its exit status
-    /// passes through.
+    /// Run a command where the rxe device is (starts the lab if needed), like `docker run`:
+    /// the working directory is kept, stdin is forwarded when it is a pipe or a file, the exit
+    /// status passes through (128 + N for a command killed by signal N), and these variables
+    /// pass through by default: RUST_*, CARGO_*, LAB_*, IBVERBS_*, RDMAV_*, INSTA_*, TERM,
+    /// NO_COLOR. Works from any directory, so it can be cargo's runner
+    /// (`runner = ["cargo-lab", "exec", "--"]`).
     Exec {
         /// Node of the pair topology, a or b (implies --topology pair).
         #[arg(long, short)]
@@ -74,6 +78,13 @@ enum Sub {
         /// loopback (default) or pair.
         #[arg(long, short)]
         topology: Option<TopoArg>,
+        /// Pass a variable: `-e VAR=VALUE`, or `-e VAR` for this shell's value (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "VAR[=VALUE]")]
+        env: Vec<String>,
+        /// Run `cargo <ARGS>` here with every binary it runs (tests, benches, `cargo run`)
+        /// going to the lab: cargo's runner set to this `exec`.
+        #[arg(long)]
+        cargo: bool,
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
@@ -185,8 +196,16 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         Sub::Exec {
             node,
             topology,
+            env,
+            cargo,
             cmd,
-        } => exec(node, topology, cmd),
+        } => {
+            if cargo {
+                exec_cargo(node, topology, &env, cmd)
+            } else {
+                exec(node, topology, &env, cmd)
+            }
+        }
         Sub::Shell { node, topology } => shell(node, topology),
         Sub::List => list(),
         Sub::Run { chapter, args } => run(&chapter, &args),
@@ -218,8 +237,13 @@ fn interrupted() -> &'static AtomicBool {
 // ---------------------------------------------------------------------------------------------
 // Labs: up, status, down, and the daemon.
 
+/// Where `up` keeps labs and `exec` finds them: `LAB_STATE_DIR`, else this workspace's. Outside
+/// any rxe-lab workspace (cargo's runner in another project, an installed `cargo-lab`): one
+/// set of labs per user, keyed on `$HOME`.
 fn home() -> Result<PathBuf> {
-    Ok(lab::daemon_home(&root()?))
+    let ws = workspace_root()
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/".into())));
+    Ok(lab::daemon_home(&ws))
 }
 
 /// Is the daemon in `dir` answering?
@@ -515,14 +539,36 @@ fn lab_for_exec(t: Topology) -> Result<Lab> {
     Lab::attach(t, &dir)
 }
 
+/// Variables that pass from here to a command in the lab without `-e`.
+pub fn passes_by_default(k: &str) -> bool {
+    const PREFIXES: &[&str] = &["RUST_", "CARGO_", "LAB_", "IBVERBS_", "RDMAV_", "INSTA_"];
+    (PREFIXES.iter().any(|p| k.starts_with(p)) && k != "LAB_STATE_DIR")
+        || matches!(k, "TERM" | "NO_COLOR" | "CLICOLOR")
+}
+
+/// `-e VAR=VALUE` / `-e VAR` into (VAR, VALUE).
+fn parse_env_flags(flags: &[String]) -> Result<Vec<(String, String)>> {
+    flags
+        .iter()
+        .map(|f| match f.split_once('=') {
+            Some((k, _)) if k.is_empty() => bail!("-e {f:?}: the variable has no name"),
+            Some((k, v)) => Ok((k.to_string(), v.to_string())),
+            None => match std::env::var(f) {
+                Ok(v) => Ok((f.clone(), v)),
+                Err(_) => bail!("-e {f}: {f} is not set here; give a value with -e {f}=VALUE"),
+            },
+        })
+        .collect()
+}
+
 fn lab_env(lab: &Lab, node: Node) -> Vec<(String, String)> {
     let mut env = vec![("LAB_GUEST".to_string(), "1".to_string())];
     if lab.topology == Topology::Pair && lab.provider == Provider::Vm {
         env.push(("LAB_NODE".into(), node.name().into()));
     }
-    for k in ["LAB_DEVICE", "RUST_BACKTRACE", "RUST_LOG", "TERM"] {
-        if let Ok(v) = std::env::var(k) {
-            env.push((k.into(), v));
+    for (k, v) in std::env::vars() {
+        if passes_by_default(&k) && k != "LAB_GUEST" && k != "LAB_NODE" {
+            env.push((k, v));
         }
     }
     env
@@ -534,21 +580,49 @@ fn cwd() -> String {
         .unwrap_or_else(|_| "/".into())
 }
 
-/// Runs a command on a node, streaming its output here; returns its exit code.
-fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
+/// Runs a command on a node, streaming its output here (and our stdin there, when it is a
+/// pipe or a file); returns its exit code.
+fn stream(
+    lab: &Lab,
+    node: Node,
+    argv: Vec<String>,
+    extra_env: &[(String, String)],
+    forward_stdin: bool,
+) -> Result<i32> {
     let (tx, rx) = mpsc::channel();
     let conn = lab.conn(node);
+    let mut env = lab_env(lab, node);
+    env.extend(extra_env.iter().cloned());
     let cmd = Cmd {
         argv,
-        env: lab_env(lab, node),
+        env,
         cwd: cwd(),
         timeout: None,
+        stdin: forward_stdin,
     };
     let id = conn
         .spawn(&cmd, move |e| {
             let _ = tx.send(e);
         })
         .map_err(|e| anyhow::anyhow!(e))?;
+    if forward_stdin {
+        let conn = conn.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut input = std::io::stdin().lock();
+            loop {
+                match std::io::Read::read(&mut input, &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if conn.write_stdin(id, buf[..n].to_vec()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = conn.write_stdin(id, vec![]);
+        });
+    }
     let stop = interrupted();
     let mut killed = false;
     // No deadline (an interactive command may run for hours), but a lab that dies or hangs
@@ -593,10 +667,65 @@ fn stream(lab: &Lab, node: Node, argv: Vec<String>) -> Result<i32> {
     }
 }
 
-fn exec(node: Option<Node>, t: Option<TopoArg>, cmd: Vec<String>) -> Result<i32> {
+fn exec(node: Option<Node>, t: Option<TopoArg>, env: &[String], cmd: Vec<String>) -> Result<i32> {
+    let env = parse_env_flags(env)?;
     let t = pick_topology(node, t)?;
     let lab = lab_for_exec(t)?;
-    stream(&lab, node.unwrap_or(Node::A), cmd)
+    // A terminal is not forwarded (there is no pty in the lab): the command reads end of file.
+    let forward = !std::io::IsTerminal::is_terminal(&std::io::stdin());
+    stream(&lab, node.unwrap_or(Node::A), cmd, &env, forward)
+}
+
+/// `cargo lab exec --cargo ARGS`: `cargo ARGS` here, with cargo's runner for this host's target
+/// set to this very `exec` (same node, topology and `-e` flags): every binary cargo runs (tests,
+/// benches, `cargo run`) runs in the lab. The target's triple comes from `rustc -vV`.
+fn exec_cargo(
+    node: Option<Node>,
+    t: Option<TopoArg>,
+    env: &[String],
+    args: Vec<String>,
+) -> Result<i32> {
+    parse_env_flags(env)?;
+    let me = std::env::current_exe().context("finding this program's path")?;
+    let mut runner = vec![me.to_string_lossy().into_owned(), "exec".into()];
+    if let Some(n) = node {
+        runner.extend(["-n".into(), n.name().to_string()]);
+    }
+    if let Some(TopoArg::One(t)) = t {
+        runner.extend(["-t".into(), t.name().to_string()]);
+    }
+    for e in env {
+        runner.extend(["-e".into(), e.clone()]);
+    }
+    runner.push("--".into());
+    let var = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        host_triple()?.to_uppercase().replace('-', "_")
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!(
+        "cargo lab: {var}=\"{}\" cargo {}",
+        runner.join(" "),
+        args.join(" ")
+    );
+    let st = Command::new(cargo)
+        .args(&args)
+        .env(&var, runner.join(" "))
+        .status()
+        .context("running cargo")?;
+    Ok(st.code().unwrap_or(130))
+}
+
+fn host_triple() -> Result<String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .context("running rustc -vV")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .context("rustc -vV printed no host triple")
 }
 
 fn shell(node: Option<Node>, t: Option<TopoArg>) -> Result<i32> {
@@ -626,7 +755,13 @@ fn shell(node: Option<Node>, t: Option<TopoArg>) -> Result<i32> {
         if line == "exit" {
             return Ok(last);
         }
-        last = stream(&lab, node, vec!["sh".into(), "-c".into(), line.to_string()])?;
+        last = stream(
+            &lab,
+            node,
+            vec!["sh".into(), "-c".into(), line.to_string()],
+            &[],
+            false,
+        )?;
     }
 }
 
@@ -1398,6 +1533,60 @@ fn checks() -> Vec<Check> {
             p.map(|p| p.display().to_string())
                 .unwrap_or_else(|| "not on PATH".into()),
             fix,
+        ));
+    }
+    c.extend(userspace_checks());
+    c
+}
+
+/// A known bug of the rxe userspace provider: fixed in `fixed_in` (rdma-core major version).
+struct ProviderBug {
+    fixed_in: u32,
+    what: &'static str,
+}
+
+const PROVIDER_BUGS: &[ProviderBug] = &[
+    ProviderBug {
+        fixed_in: 55,
+        what: "extended CQ polling advances the consumer index twice after ENOENT (a second \
+               drain reads a zeroed slot); upstream: rdma-core pull request 1512",
+    },
+    ProviderBug {
+        fixed_in: 59,
+        what: "double unlock in cq_ex polling; upstream: rdma-core pull request 1617",
+    },
+];
+
+/// The rdma-core userspace the lab runs (the host's, over 9p, or the native host's) and the
+/// known rxe provider bugs of that version (docs/userspace-bugs.md).
+fn userspace_checks() -> Vec<Check> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "ibverbs-providers"])
+        .output();
+    let version = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => return vec![],
+    };
+    let major: u32 = version
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut c = vec![check(
+        "rdma-core userspace (the lab runs the host's)",
+        true,
+        false,
+        format!("ibverbs-providers {version}"),
+        "",
+    )];
+    for b in PROVIDER_BUGS.iter().filter(|b| major < b.fixed_in) {
+        c.push(check(
+            &format!("rxe provider bug, fixed in rdma-core {}", b.fixed_in),
+            false,
+            false,
+            b.what.to_string(),
+            "affects ibv_create_cq_ex polling only (ibv_poll_cq is fine); see \
+             docs/userspace-bugs.md for a newer provider (RDMAV_DRIVERS)",
         ));
     }
     c

@@ -23,6 +23,8 @@ pub struct Cmd {
     pub cwd: String,
     /// Enforced by the agent (kills the process group); `None` = no limit there.
     pub timeout: Option<Duration>,
+    /// Keep stdin open for [`Conn::write_stdin`] (else the command reads end of file).
+    pub stdin: bool,
 }
 
 impl Cmd {
@@ -42,6 +44,10 @@ impl Cmd {
     }
     pub fn timeout(mut self, t: Duration) -> Cmd {
         self.timeout = Some(t);
+        self
+    }
+    pub fn with_stdin(mut self) -> Cmd {
+        self.stdin = true;
         self
     }
 }
@@ -167,6 +173,7 @@ impl Inner {
                 match req {
                     Request::Run(rr) => r.run(rr.clone()),
                     Request::Kill { id } => r.kill(*id),
+                    Request::Stdin { id, data } => r.stdin(*id, data.clone()),
                     Request::Ping => self.dispatch(Reply::Ready {
                         error: String::new(),
                     }),
@@ -347,6 +354,7 @@ impl Conn {
             env: cmd.env.clone(),
             cwd: cmd.cwd.clone(),
             timeout_ms: cmd.timeout.map(|t| t.as_millis() as u64).unwrap_or(0),
+            stdin: cmd.stdin,
         });
         if let Err(e) = self.inner.send(&req) {
             self.inner.routes.lock().unwrap().map.remove(&id);
@@ -359,6 +367,13 @@ impl Conn {
     }
 
     /// Kills a command (its whole process group) by id.
+    /// Input for a command spawned with `Cmd::stdin`; empty `data` closes its stdin.
+    pub fn write_stdin(&self, id: u32, data: Vec<u8>) -> Result<(), String> {
+        self.inner
+            .send(&Request::Stdin { id, data })
+            .map_err(|e| format!("{}: sending input: {e}", self.inner.name))
+    }
+
     pub fn kill(&self, id: u32) {
         let _ = self.inner.send(&Request::Kill { id });
     }

@@ -788,6 +788,7 @@ fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Cond
                     env: r.env,
                     cwd: r.cwd,
                     timeout: (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms)),
+                    stdin: r.stdin,
                 };
                 let w = writer.clone();
                 let ids2 = ids.clone();
@@ -828,6 +829,12 @@ fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Cond
                 let gid = ids.lock().unwrap().get(&id).copied();
                 if let Some(g) = gid {
                     conn.kill(g);
+                }
+            }
+            Request::Stdin { id, data } => {
+                let gid = ids.lock().unwrap().get(&id).copied();
+                if let Some(g) = gid {
+                    let _ = conn.write_stdin(g, data);
                 }
             }
             Request::Shutdown => {

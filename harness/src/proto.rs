@@ -4,9 +4,10 @@
 // A frame is `u32 length (little endian) | u8 tag | body`, the length counting tag + body.
 // Integers are little endian; strings and byte strings are `u32 length | bytes`.
 //
-// Host -> agent: Run, Kill, Ping (answered by Ready once the guest is set up), Shutdown.
+// Host -> agent: Run, Kill, Ping (answered by Ready once the guest is set up), Shutdown, and
+// Stdin (bytes for a command started with `stdin`; empty = end of input).
 // Agent -> host: Ready, Stdout, Stderr, Exit. Several commands run at once; each reply names
-// the command's id. stdin of every command is closed.
+// the command's id. A command's stdin is closed unless its Run asked for it.
 
 use std::io::{self, Read, Write};
 
@@ -19,6 +20,7 @@ const T_RUN: u8 = 1;
 const T_KILL: u8 = 2;
 const T_PING: u8 = 3;
 const T_SHUTDOWN: u8 = 4;
+const T_STDIN: u8 = 5;
 const T_READY: u8 = 16;
 const T_STDOUT: u8 = 17;
 const T_STDERR: u8 = 18;
@@ -36,12 +38,21 @@ pub struct RunRequest {
     pub cwd: String,
     /// 0 = no limit. On expiry the command's process group is killed and `Exit` says `TimedOut`.
     pub timeout_ms: u64,
+    /// Keep the command's stdin open for `Stdin` requests (else it reads end of file at once).
+    pub stdin: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Run(RunRequest),
-    Kill { id: u32 },
+    Kill {
+        id: u32,
+    },
+    /// Input for a command started with `stdin`; empty `data` closes its stdin.
+    Stdin {
+        id: u32,
+        data: Vec<u8>,
+    },
     Ping,
     Shutdown,
 }
@@ -163,6 +174,13 @@ impl Request {
                 }
                 e.bytes(r.cwd.as_bytes());
                 e.u64(r.timeout_ms);
+                e.u32(u32::from(r.stdin));
+                e.finish()
+            }
+            Request::Stdin { id, data } => {
+                let mut e = Enc::new(T_STDIN);
+                e.u32(*id);
+                e.bytes(data);
                 e.finish()
             }
             Request::Kill { id } => {
@@ -194,14 +212,20 @@ impl Request {
                 }
                 let cwd = d.string()?;
                 let timeout_ms = d.u64()?;
+                let stdin = d.u32()? != 0;
                 Request::Run(RunRequest {
                     id,
                     argv,
                     env,
                     cwd,
                     timeout_ms,
+                    stdin,
                 })
             }
+            T_STDIN => Request::Stdin {
+                id: d.u32()?,
+                data: d.bytes()?,
+            },
             T_KILL => Request::Kill { id: d.u32()? },
             T_PING => Request::Ping,
             T_SHUTDOWN => Request::Shutdown,
@@ -337,9 +361,18 @@ mod tests {
             env: vec![("A".into(), "1".into()), ("EMPTY".into(), String::new())],
             cwd: "/tmp".into(),
             timeout_ms: 1234,
+            stdin: true,
         }));
         roundtrip_req(Request::Run(RunRequest::default()));
         roundtrip_req(Request::Kill { id: u32::MAX });
+        roundtrip_req(Request::Stdin {
+            id: 3,
+            data: b"line\n".to_vec(),
+        });
+        roundtrip_req(Request::Stdin {
+            id: 3,
+            data: vec![],
+        });
         roundtrip_req(Request::Ping);
         roundtrip_req(Request::Shutdown);
         roundtrip_reply(Reply::Ready {

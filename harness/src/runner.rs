@@ -2,8 +2,9 @@
 // provider on the host. std only (the agent `include!`s this file after proto.rs).
 //
 // Each command gets its own process group (so a kill or a timeout takes its children too),
-// stdin closed, stdout and stderr forwarded in chunks as they come, then one Exit reply, sent
-// only after both pipes are drained.
+// stdin closed (or, if its request asks, fed by `Runner::stdin` through a writer thread that
+// never blocks the caller), stdout and stderr forwarded in chunks as they come, then one Exit
+// reply, sent only after both pipes are drained.
 
 use crate::proto::{CHUNK, ExitStatus, Reply, RunRequest};
 use std::collections::HashMap;
@@ -19,6 +20,8 @@ pub type Sink = Arc<dyn Fn(Reply) + Send + Sync>;
 struct Proc {
     child: Mutex<Child>,
     pid: u32,
+    /// Chunks for the command's stdin (empty = close it); `None` when it has none.
+    input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
 }
 
 impl Proc {
@@ -83,7 +86,11 @@ impl Runner {
             .env_clear()
             .envs(self.base_env.iter().map(|(k, v)| (k, v)))
             .envs(req.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(if req.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -140,10 +147,26 @@ impl Runner {
             });
         }
         drop(done_tx);
+        // The command's stdin is written by a thread of its own: a command that does not read
+        // blocks that thread, never the agent.
+        let input = child.stdin.take().map(|mut w| {
+            let (tx, rx) = mpsc::channel::<Vec<u8>>();
+            std::thread::spawn(move || {
+                use std::io::Write as _;
+                while let Ok(chunk) = rx.recv() {
+                    if chunk.is_empty() || w.write_all(&chunk).is_err() {
+                        break;
+                    }
+                }
+                // Dropping `w` closes the pipe: the command reads end of file.
+            });
+            tx
+        });
         let pid = child.id();
         let proc_ = Arc::new(Proc {
             child: Mutex::new(child),
             pid,
+            input: Mutex::new(input),
         });
         self.procs.lock().unwrap().insert(id, proc_.clone());
         let procs = self.procs.clone();
@@ -207,6 +230,22 @@ impl Runner {
         let p = self.procs.lock().unwrap().get(&id).cloned();
         if let Some(p) = p {
             p.kill();
+        }
+    }
+
+    /// Feeds a running command's stdin; empty `data` closes it. Unknown ids, and commands
+    /// started without stdin, are ignored.
+    pub fn stdin(&self, id: u32, data: Vec<u8>) {
+        let p = self.procs.lock().unwrap().get(&id).cloned();
+        if let Some(p) = p {
+            let mut g = p.input.lock().unwrap();
+            let close = data.is_empty();
+            if let Some(tx) = g.as_ref() {
+                let _ = tx.send(data);
+            }
+            if close {
+                *g = None;
+            }
         }
     }
 

@@ -629,6 +629,7 @@ pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transc
             env,
             cwd: cwd(),
             timeout: Some(limit + Duration::from_secs(10)),
+            stdin: false,
         };
         let tx = tx.clone();
         match lab.conn(role.node).spawn(&cmd, move |ev| {
