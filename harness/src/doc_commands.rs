@@ -12,15 +12,18 @@
 //! is.
 //!
 //! What the text says about a command, in a trailing `# ...` comment:
-//! - `# fails: <text>`: the command must exit non-zero and print `<text>`;
+//! - `# fails: <text>`: the command must exit non-zero and print `<text>` (a parenthesis after
+//!   the text, `# fails: <text> (why)`, is free text); the same command shown elsewhere without
+//!   a marker (in prose, say) is expected to fail the same way;
 //! - `# terminal 1` / `# terminal 2`: two commands run at the same time (a server and its
 //!   client, "in two terminals"); the first starts, then the second; both must succeed;
 //! - `# tested as: <command>`: a long run; the test runs `<command>`, a shorter form of it,
 //!   instead (the docs say so where the line is);
 //! - any other comment is free text.
 //!
-//! A span or line with a placeholder (`<...>`, `[...]`, `a|b`, `NN`, `...`) is a synopsis, not
-//! a command: the test checks only that its subcommand exists.
+//! A span or line with a placeholder (`<...>`, `[...]`, `a|b`, `NN`, `...`), or one that only
+//! names a command that needs arguments ("cargo lab run"), is a synopsis, not a command: the
+//! test checks only that its subcommand exists.
 
 use std::path::Path;
 
@@ -122,7 +125,10 @@ fn is_synopsis(cmd: &str) -> bool {
             None => bare.push(c),
         }
     }
-    bare.contains('<')
+    // `cargo lab run` or `cargo lab exec` alone names the command (it needs arguments to run).
+    let words: Vec<&str> = bare.split_whitespace().collect();
+    matches!(words[..], ["cargo", "lab", "run" | "exec"])
+        || bare.contains('<')
         || bare.contains('[')
         || bare.contains('|')
         || bare.contains("...")
@@ -162,6 +168,7 @@ fn classify(place: String, text: &str, problems: &mut Vec<DocProblem>) -> DocCom
     };
     if let Some(c) = comment {
         if let Some(t) = c.strip_prefix("fails:") {
+            let t = t.split(" (").next().unwrap_or(t);
             expect = Expect::Fails(t.trim().to_string());
         } else if c.starts_with("terminal 1") {
             kind = Kind::Terminal1;
@@ -351,12 +358,29 @@ mod tests {
     }
 
     #[test]
+    fn a_parenthesis_after_the_failure_text_is_free_text() {
+        let (c, _) = parse(
+            "x.md",
+            "```\ncargo lab run 07 -- -x   # fails: LOC_QP_OP_ERR (on purpose)\n```\n",
+        );
+        assert_eq!(c[0].expect, Expect::Fails("LOC_QP_OP_ERR".into()));
+    }
+
+    #[test]
     fn synopses_are_not_run() {
         let md = "`cargo lab run NN [-- ARGS]` and `cargo lab exec [-n a|b] -- CMD` and \
-                  `cargo lab run 06`\n";
+                  `cargo lab run 06`, as `cargo lab run` does\n";
         let (c, _) = parse("x.md", md);
         let kinds: Vec<&Kind> = c.iter().map(|c| &c.kind).collect();
-        assert_eq!(kinds, [&Kind::Synopsis, &Kind::Synopsis, &Kind::Run]);
+        assert_eq!(
+            kinds,
+            [
+                &Kind::Synopsis,
+                &Kind::Synopsis,
+                &Kind::Run,
+                &Kind::Synopsis
+            ]
+        );
         assert_eq!(c[1].subcommand(), "exec");
     }
 

@@ -185,7 +185,11 @@ fn commands_run_concurrently(#[values(Kind::Agent, Kind::Local)] k: Kind) {
     // which of the two reports its exit first is a race (the first may end right after the
     // second's touch), so only the statuses are checked.
     exits.sort_by_key(|(i, _)| *i);
-    assert_eq!(exits[0], (1, ExitStatus::Code(0)), "the first saw the second's flag");
+    assert_eq!(
+        exits[0],
+        (1, ExitStatus::Code(0)),
+        "the first saw the second's flag"
+    );
     assert_eq!(exits[1], (2, ExitStatus::Code(0)));
     assert_eq!(outs[0], b"first\n");
     assert_eq!(outs[1], b"second\n");

@@ -279,7 +279,18 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
 
 /// The commands to run: the repository's, each distinct one once (the first place it is
 /// shown), synopses left out, short forms applied.
-fn runnable(cmds: Vec<DocCommand>) -> Vec<DocCommand> {
+fn runnable(mut cmds: Vec<DocCommand>) -> Vec<DocCommand> {
+    // A command marked `# fails:` somewhere fails the same way wherever it is shown.
+    let failing: Vec<(String, Expect)> = cmds
+        .iter()
+        .filter(|c| matches!(c.expect, Expect::Fails(_)))
+        .map(|c| (c.run.clone(), c.expect.clone()))
+        .collect();
+    for c in &mut cmds {
+        if let Some((_, e)) = failing.iter().find(|(r, _)| *r == c.run) {
+            c.expect = e.clone();
+        }
+    }
     let mut seen = HashSet::new();
     let mut out: Vec<DocCommand> = vec![];
     let mut it = cmds

@@ -1,4 +1,4 @@
-//! rxe-lab as the test bed of another RDMA crate: `cargo lab exec` as a proper runner, and
+//! rxe-lab as the test bed of another RDMA crate: the exec command as a proper runner, and
 //! cargo's runner hook.
 //!
 //! - `exec` keeps the working directory, passes `-e VAR=VALUE` / `-e VAR` and a default set of
@@ -7,7 +7,7 @@
 //! - `harness/tests/fixtures/rdma-probe`, a crate outside the workspace with its own minimal
 //!   libibverbs FFI and a device test, copied to a temp dir (so its target dir is outside the
 //!   repository too): its `cargo test` passes through the hook, on the lab's rxe0, both with the
-//!   one-line `.cargo/config.toml` the README gives and with `cargo lab exec --cargo test`; and
+//!   one-line `.cargo/config.toml` the README gives and with `cargo-lab exec --cargo test`; and
 //!   without the hook it fails, on this host without a device, with the hint to use rxe-lab.
 
 use std::io::Write as _;
