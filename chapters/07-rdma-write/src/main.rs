@@ -2,9 +2,10 @@
 //!
 //! The server registers a region with `IBV_ACCESS_REMOTE_WRITE` and tells the client where it
 //! is: `(addr, len, rkey)`. The client then writes into that memory with `IBV_WR_RDMA_WRITE`.
-//! The server's CPU takes no part: no receive is consumed, **no completion appears on the
+//! The server program takes no part: no receive is consumed, **no completion appears on the
 //! server's CQ**, and the server only learns that something happened because the client says
-//! so over TCP. The chapter shows it: the server polls its CQ after the client's "written"
+//! so over TCP. (On rxe the server's *kernel* does the work, in software: it receives the
+//! packets, checks the rkey and copies the bytes; on a hardware NIC the adapter does it.) The chapter shows it: the server polls its CQ after the client's "written"
 //! and finds 0 completions, yet the bytes are in its memory.
 //!
 //! Then `IBV_WR_RDMA_WRITE_WITH_IMM`: the same one-sided write, plus a 32-bit immediate value

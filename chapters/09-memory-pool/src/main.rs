@@ -1,11 +1,14 @@
 //! # Chapter 09: a cross-node memory pool
 //!
-//! Node a lends memory; node b uses it without ever asking node a's CPU. The pool server
+//! Node a lends memory; node b uses it without node a's program taking part. The pool server
 //! registers **one large memory region**, cuts it into N fixed-size blocks and hands every
 //! client the **block table**: `(addr, len, rkey)` per block, over the lab's TCP exchange.
 //! From then on the clients read and write blocks with one-sided **RDMA WRITE** and **RDMA
-//! READ**; the server's CPU sleeps in a socket read until they say "done", and its completion
-//! queue stays empty: a one-sided operation completes only at the side that posted it.
+//! READ**; the server program sleeps in a socket read until they say "done", and its
+//! completion queue stays empty: a one-sided operation completes only at the side that posted
+//! it. (On rxe the transfers do cost the target CPU time: node a's kernel runs the software
+//! transport that copies the data; but no work request and no completion appear there. On a
+//! hardware NIC the target's CPU does nothing at all.)
 //!
 //! What it teaches:
 //! * one MR for the whole pool vs one MR per block: what each costs in keys, in registrations
@@ -242,7 +245,8 @@ fn server(args: &Args) -> Result<bool> {
     );
 
     // The clients need REMOTE_WRITE and REMOTE_READ; LOCAL_WRITE is required with
-    // REMOTE_WRITE; REMOTE_ATOMIC makes the same pool usable by chapter 10's atomics.
+    // REMOTE_WRITE. No REMOTE_ATOMIC: this pool takes no atomics (chapter 10 registers its
+    // own region with it, and an atomic on this one would fail with IBV_WC_REM_ACCESS_ERR).
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
 
     println!("step 2: two ways to register {n} blocks of {size} bytes");
@@ -423,7 +427,7 @@ fn server(args: &Args) -> Result<bool> {
     println!(
         "done: {}",
         if ok {
-            "every block verified, the server's CPU took no part in the transfers"
+            "every block verified; no work request or completion here: this node's kernel (rxe) served the transfers"
         } else {
             "something unexpected happened (see above)"
         }
