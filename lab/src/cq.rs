@@ -537,7 +537,7 @@ macro_rules! wc_status {
     ($( $var:ident = $val:literal, $name:literal, $why:literal; )*) => {
         /// `enum ibv_wc_status`: every status a completion can carry, with its C name and
         /// number, `ibv_wc_status_str(3)`'s text, and what usually causes it (observed on
-        /// Linux 6.1's rxe where noted: see ../shared/reference/rxe-6.1-observed.md).
+        /// Linux 6.1's rxe where noted: see docs/rxe-observed.md).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
         pub enum WcStatus {
             #[default]

@@ -17,7 +17,7 @@ use rdma_sys::*;
 use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
 
 // libibverbs exports these (IBVERBS_1.11) but rdma-sys's allowlist skips names starting with
-// `_`, so declare them here (reference/rdma-sys-0.3-on-rxe.md, pitfall 3). `ibv_query_gid_ex`
+// `_`, so declare them here (docs/rdma-sys-notes.md, note 3). `ibv_query_gid_ex`
 // in C is a static inline around `_ibv_query_gid_ex`.
 unsafe extern "C" {
     fn _ibv_query_gid_ex(
@@ -254,7 +254,7 @@ impl Context {
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         // SAFETY: ibv_port_attr is plain data; zero it first, the compat path does not memset.
         let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // `___ibv_query_port` is what the C macro `ibv_query_port` expands to (recipe pitfall 2).
+        // `___ibv_query_port` is what the C macro `ibv_query_port` expands to (docs/rdma-sys-notes.md, note 2).
         // SAFETY: the context is open and `pa` is a valid out-pointer of the full struct size.
         let ret = unsafe { ___ibv_query_port(self.raw(), port, &mut pa) };
         rc(ret, |errno| Error::QueryPort { port, errno })?;

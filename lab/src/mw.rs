@@ -89,7 +89,7 @@ impl ProtectionDomain {
     /// Allocates a memory window (`ibv_alloc_mw(3)`).
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
         // SAFETY: the PD is allocated. rdma-sys returns None when the provider lacks the op
-        // and Some(NULL) when it fails (recipe pitfall 7).
+        // and Some(NULL) when it fails (docs/rdma-sys-notes.md, note 7).
         let p = unsafe { ibv_alloc_mw(self.inner.pd.as_ptr(), kind.raw()) };
         let errno = Errno::last();
         let mw = p.and_then(NonNull::new).ok_or(Error::AllocMw {

@@ -23,11 +23,11 @@ fn chapter() {
         // step 5: the control experiment works.
         "receiver: wr_id=1 IBV_WC_SUCCESS (0)",
         "the receiver got 15 bytes: \"hello from PD A\"",
-        // step 6: an lkey of another PD (case 16a of the observed reference).
+        // step 6: an lkey of another PD (as docs/rxe-observed.md, case 16 `cross-pd`, records).
         "sender: wr_id=4 IBV_WC_LOC_QP_OP_ERR (2) \"local QP operation error\"",
         "sender QP is now IBV_QPS_ERR",
         "receiver QP is still IBV_QPS_RTS",
-        // step 7: an rkey of another PD (case 16b).
+        // step 7: an rkey of another PD (the same case, second half).
         "IBV_WC_REM_ACCESS_ERR (10)",
         "MR b is untouched (still all zeros): yes",
         "requester QP: IBV_QPS_ERR, responder QP: IBV_QPS_ERR",

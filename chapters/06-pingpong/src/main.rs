@@ -40,7 +40,7 @@
 //! * the server listens *before* it prints "local address:" (that line is the readiness signal
 //!   the harness waits for); the C server prints first and listens after;
 //! * `retry_cnt` and `rnr_retry` are 6, not 7: on rxe 7 means "retry forever"
-//!   (../shared/reference/rxe-6.1-observed.md);
+//!   (docs/rxe-observed.md, "where rxe differs", 1);
 //! * `-m` above the port's active MTU is clamped to it, with a note (between two hosts a
 //!   larger path MTU makes rxe drop the packets silently: chapter 08).
 
@@ -559,7 +559,7 @@ fn plural(n: u32, what: &str) -> String {
 }
 
 /// A random 24-bit starting PSN, like rc_pingpong's `lrand48() & 0xffffff` (the harness
-/// redacts it as `[PSN#n]`). `RandomState` is seeded from the OS for every process.
+/// redacts it as `[PSN#n]`). `RandomState` draws fresh random keys from the OS in every process.
 fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

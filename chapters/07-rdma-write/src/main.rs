@@ -20,9 +20,9 @@
 //! Run it: `cargo lab run 07`, or in the lab: `ch07-rdma-write --server` in one shell and
 //! `ch07-rdma-write --connect 127.0.0.1` in another.
 //!
-//! ## The seed's mistakes (001 §4), and what really happens on rxe
+//! ## Common claims about one-sided operations, and what really happens on rxe
 //!
-//! Tutorials get one-sided operations wrong in four classic ways. `--mistake NAME` reproduces
+//! Tutorials often get one-sided operations wrong in four classic ways. `--mistake NAME` reproduces
 //! each one (both roles accept the flag; the role it concerns acts on it):
 //!
 //! * **`lkey0`**: posting the WRITE from a buffer that was never registered, with `lkey = 0`
@@ -36,7 +36,8 @@
 //! * **`skip-rtr`**: INIT -> RTS directly. `ibv_modify_qp` refuses with `EINVAL (22)`: a QP
 //!   must learn its peer (RTR) before it may send (RTS).
 //! * **`wait-target-cq`**: the server waiting for a completion after a plain WRITE. None ever
-//!   comes (the seed's server hangs forever); here the wait has a 2 s deadline and fails.
+//!   comes (a server written that way hangs forever); here the wait has a 2 s deadline and
+//!   fails.
 
 use clap::{Parser, ValueEnum};
 use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
@@ -93,12 +94,12 @@ struct Opts {
     #[arg(long, value_name = "secs", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86400))]
     timeout: u64,
-    /// Reproduce one of the seed's mistakes (see the README)
+    /// Reproduce a common mistake about one-sided operations (see the README)
     #[arg(long, value_enum, value_name = "name")]
     mistake: Option<Mistake>,
 }
 
-/// The seed's mistakes this chapter can reproduce.
+/// The common mistakes this chapter can reproduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mistake {
     /// Client: WRITE from an unregistered buffer with lkey 0
@@ -279,7 +280,7 @@ fn server(o: &Opts) -> Result<()> {
     )?;
     println!("step 6: the client says \"written\" (over TCP: the NIC told us nothing)");
     if o.mistake == Some(Mistake::WaitTargetCq) {
-        // The seed's server: "wait for the write to complete". It would wait forever.
+        // A common claim: the server "waits for the write to complete". It would wait forever.
         let wait = Duration::from_secs(2);
         println!("mistake wait-target-cq: wait for a completion of the client's WRITE ...");
         let mut wc = [WorkCompletion::default()];
@@ -465,7 +466,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     };
 
     if o.mistake == Some(Mistake::SkipRtr) {
-        // The seed: "INIT -> RTS, RTR is only for receiving". ibv_modify_qp says otherwise.
+        // A common claim: "INIT -> RTS, RTR is only for receiving". ibv_modify_qp says otherwise.
         println!("mistake skip-rtr: move the QP from INIT straight to RTS ...");
         let attr = QpAttr::new()
             .state(QpState::Rts)
@@ -488,7 +489,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     // ---- RDMA WRITE ------------------------------------------------------------------------
     let unregistered = MSG_WRITE.as_bytes().to_vec();
     let sge = [if o.mistake == Some(Mistake::Lkey0) {
-        // The seed: "just pass the buffer's address; lkey 0 is fine for a local buffer".
+        // A common claim: "just pass the buffer's address; lkey 0 is fine for a local buffer".
         println!("mistake lkey0: post the WRITE from an unregistered buffer with lkey 0 ...");
         Sge::raw(unregistered.as_ptr() as u64, unregistered.len() as u32, 0)
     } else {

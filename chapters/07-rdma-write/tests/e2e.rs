@@ -3,7 +3,7 @@
 //!
 //! * `chapter`: the run `cargo lab run 07` does: a plain RDMA WRITE that leaves the server's CQ
 //!   empty, then a WRITE_WITH_IMM that completes there with the immediate;
-//! * `mistake`: the seed's mistakes reproduced with `--mistake` (appended to both roles, as
+//! * `mistake`: the common mistakes reproduced with `--mistake` (appended to both roles, as
 //!   `cargo lab run 07 -- --mistake lkey0` does), each with the exact status or errno;
 //! * `bad_flow_garbage_from_server`: a peer that does not speak the lab's exchange;
 //! * `bad_command_line`: refused before any device is touched (runs on the host).

@@ -3,9 +3,9 @@
 //! People learn RDMA from its failures. Each *case* of this chapter makes one classic mistake
 //! on purpose, on a real rxe device, and shows what really happens: the completion status or
 //! errno (name and number), what `lab`'s status table says causes it, which QP went to ERR,
-//! and the fix. Every observation is checked against what
-//! `../shared/reference/rxe-6.1-observed.md` recorded for Linux 6.1's rxe; any difference
-//! is printed as `MISMATCH` and the program exits non-zero.
+//! and the fix. Every observation is checked against what `docs/rxe-observed.md` records for
+//! Linux 6.1's rxe (a unit test below keeps this file's expected outcomes and that table
+//! equal); any difference is printed as `MISMATCH` and the program exits non-zero.
 //!
 //! Verbs: nothing new. The cases break the rules of the verbs you already know:
 //! `ibv_reg_mr` access flags, keys and bounds (cases 1-4, 13, 16), `ibv_post_send` before
@@ -49,7 +49,7 @@ pub struct Case {
     pub run: fn(&mut Report) -> R<()>,
 }
 
-/// The cases, in the order of the course (the numbers of issue 5 and of the observed doc).
+/// The cases, in the order of the course: the numbers and names of `docs/rxe-observed.md`.
 pub const CASES: &[Case] = &[
     Case {
         name: "remote-access",
@@ -339,6 +339,56 @@ fn run_role(r: R<bool>) -> bool {
         Err(e) => {
             println!("unexpected error: {e}");
             false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CASES;
+
+    /// The project's record of what rxe does: the table this chapter checks against.
+    const OBSERVED: &str = include_str!("../../../docs/rxe-observed.md");
+
+    /// `(number, name, what rxe produces)` of every row of the record's case table.
+    fn recorded_cases() -> Vec<(String, String, String)> {
+        OBSERVED
+            .lines()
+            .filter_map(|line| {
+                // "| 1 | `remote-access` | outcome | details |": the first three cells count
+                // (the details may hold escaped pipes, `\|`).
+                let cells: Vec<&str> = line.splitn(5, '|').map(str::trim).collect();
+                let ["", num, name, outcome, _] = cells[..] else {
+                    return None;
+                };
+                let name = name.strip_prefix('`')?.strip_suffix('`')?;
+                num.parse::<u32>().ok()?;
+                Some((num.to_string(), name.to_string(), outcome.to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_case_expects_what_docs_rxe_observed_records() {
+        let recorded = recorded_cases();
+        let names: Vec<&str> = recorded.iter().map(|(_, n, _)| n.as_str()).collect();
+        let ours: Vec<&str> = CASES.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names, ours,
+            "docs/rxe-observed.md lists other cases, or another order"
+        );
+        for (i, (case, (num, _, outcome))) in CASES.iter().zip(&recorded).enumerate() {
+            assert_eq!(
+                num,
+                &(i + 1).to_string(),
+                "case {} is numbered {num}",
+                case.name
+            );
+            assert_eq!(
+                case.outcome, outcome,
+                "case {}: the program expects {:?}, docs/rxe-observed.md records {:?}",
+                case.name, case.outcome, outcome
+            );
         }
     }
 }
