@@ -77,6 +77,7 @@
 
 pub mod ah;
 pub mod clock;
+pub mod course;
 pub mod cq;
 pub mod device;
 pub mod error;

@@ -124,10 +124,8 @@ fn run(args: &Args) -> Res<()> {
     println!();
 
     // -----------------------------------------------------------------------------------------
-    let wanted = args
-        .device
-        .clone()
-        .or_else(|| std::env::var("LAB_DEVICE").ok().filter(|s| !s.is_empty()));
+    // `-d`, else $LAB_DEVICE, else the first device (lab::course::open_device's rule).
+    let wanted = lab::course::wanted_device(args.device.as_deref());
     println!(
         "step 2: open {} (ibv_open_device)",
         wanted.as_deref().unwrap_or("the first device")

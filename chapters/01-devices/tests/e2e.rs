@@ -7,9 +7,8 @@
 //!   with a clear message and a non-zero exit.
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch01-devices");
@@ -55,23 +54,11 @@ fn chapter(#[case] args: &[&str], #[case] exit: i32) {
 #[case::port_zero(&["-i", "0"], "\"0\" is not a port number")]
 #[case::port_not_a_number(&["--ib-port", "one"], "\"one\" is not a port number")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(message), "{stderr}");
+    let stderr = refuses_command_line(EXE, args, message);
     assert!(stderr.contains("usage: ch01-devices"), "{stderr}");
-    assert!(out.stdout.is_empty());
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("--help")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch01-devices"));
+    assert!(prints_help(EXE, "--help").starts_with("usage: ch01-devices"));
 }

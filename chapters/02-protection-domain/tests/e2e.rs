@@ -6,9 +6,8 @@
 //!   teaches (the exact statuses, the errno, which QP went to ERR).
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch02-protection-domain");
@@ -47,23 +46,11 @@ fn chapter() {
 #[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
 #[case::positional(&["rxe0"], "unexpected argument \"rxe0\"")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(message), "{stderr}");
+    let stderr = refuses_command_line(EXE, args, message);
     assert!(stderr.contains("usage: ch02-protection-domain"), "{stderr}");
-    assert!(out.stdout.is_empty());
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("-h")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch02-protection-domain"));
+    assert!(prints_help(EXE, "-h").starts_with("usage: ch02-protection-domain"));
 }

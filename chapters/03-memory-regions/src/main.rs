@@ -30,12 +30,11 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
+// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
+use lab::course::{connected_pair, wait_for_err};
 use lab::say;
 use lab::show::{self, Align, Table};
-use lab::{
-    AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, ProtectionDomain,
-    QpInitAttr, QpState, QueuePair, RtrAttr, RtsAttr, SendWr, WcStatus,
-};
+use lab::{AccessFlags, Context, MemoryRegion, SendWr, WcStatus};
 
 /// Every wait ends by this deadline (generous: the lab may run under TCG).
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -170,7 +169,7 @@ fn run() -> Res<()> {
     let text = b"exported, read-only";
     export.write_from(0, text)?;
     let cq = ctx.create_cq(16, None)?;
-    let (requester, responder) = connected_pair(&pd, &cq, ctx.roce_v2_ipv4_gid(1)?.gid)?;
+    let (requester, responder) = connected_pair(&pd, &cq, &cq, ctx.roce_v2_ipv4_gid(1)?.gid)?;
     let dst = local.sge(0..text.len());
     say!(
         "  READ: our SGE is {} {} (the lkey: our memory, our key); the remote side is {} {} \
@@ -227,8 +226,8 @@ fn run() -> Res<()> {
     say!(
         "    requester QP: {}, responder QP: {} (a remote access error ends the connection; \
          chapter 08 has more of these)",
-        wait_for_err(&requester)?.name(),
-        wait_for_err(&responder)?.name()
+        wait_for_err(&requester, DEADLINE)?.name(),
+        wait_for_err(&responder, DEADLINE)?.name()
     );
     expect(intact, || "the read-only export was written".into())?;
     requester.destroy()?;
@@ -454,41 +453,4 @@ fn status_field(name: &str) -> Res<String> {
     s.lines()
         .find_map(|l| l.strip_prefix(name).map(str::to_string))
         .ok_or_else(|| format!("no {name} in /proc/self/status").into())
-}
-
-/// Two RC QPs in `pd` on one CQ, connected to each other and in RTS (chapter 05).
-fn connected_pair(
-    pd: &ProtectionDomain,
-    cq: &CompletionQueue,
-    gid: Gid,
-) -> Res<(QueuePair, QueuePair)> {
-    const PSN_A: u32 = 0x000100;
-    const PSN_B: u32 = 0x000200;
-    let a = pd.create_qp(&QpInitAttr::rc(cq, cq))?;
-    let b = pd.create_qp(&QpInitAttr::rc(cq, cq))?;
-    let (qa, qb) = (a.qp_num(), b.qp_num());
-    let a = a.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(qb, PSN_B, gid),
-        &RtsAttr::new(PSN_A),
-    )?;
-    let b = b.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(qa, PSN_A, gid),
-        &RtsAttr::new(PSN_B),
-    )?;
-    Ok((a, b))
-}
-
-/// The state of a QP that should be in ERR: rxe moves it there just after queuing the error
-/// completion, so give it until the deadline.
-fn wait_for_err(qp: &QueuePair) -> Res<QpState> {
-    let start = Instant::now();
-    loop {
-        let s = qp.state()?;
-        if s == QpState::Err || start.elapsed() > DEADLINE {
-            return Ok(s);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }

@@ -7,9 +7,8 @@
 //! - `counts`: `--counts` adds the run-dependent figures (asserted, not snapshotted).
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch04-completion-queues");
@@ -83,23 +82,11 @@ fn counts() {
 #[case::iters_not_a_number(&["--iters", "many"], "\"many\" is not a count")]
 #[case::window_too_big(&["-w", "65"], "\"65\" is not a window in 1..=64")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(message), "{stderr}");
+    let stderr = refuses_command_line(EXE, args, message);
     assert!(stderr.contains("usage: ch04-completion-queues"), "{stderr}");
-    assert!(out.stdout.is_empty());
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("--help")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch04-completion-queues"));
+    assert!(prints_help(EXE, "--help").starts_with("usage: ch04-completion-queues"));
 }

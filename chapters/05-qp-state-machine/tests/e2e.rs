@@ -7,9 +7,8 @@
 //!   asserted one by one.
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch05-qp-state-machine");
 
@@ -58,26 +57,11 @@ fn chapter() {
 
 #[test]
 fn bad_command_line() {
-    let out = Command::new(EXE)
-        .arg("--bogus")
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("unexpected argument \"--bogus\""),
-        "{stderr}"
-    );
+    let stderr = refuses_command_line(EXE, &["--bogus"], "unexpected argument \"--bogus\"");
     assert!(stderr.contains("usage: ch05-qp-state-machine"), "{stderr}");
-    assert!(out.stdout.is_empty());
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("-h")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch05-qp-state-machine"));
+    assert!(prints_help(EXE, "-h").starts_with("usage: ch05-qp-state-machine"));
 }

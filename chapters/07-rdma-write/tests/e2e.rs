@@ -10,8 +10,8 @@
 
 use harness::Topology;
 use harness::testing::{Role, run_chapter, run_roles};
+use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
-use std::process::Command;
 
 const PKG: &str = "ch07-rdma-write";
 const EXE: &str = env!("CARGO_BIN_EXE_ch07-rdma-write");
@@ -94,13 +94,5 @@ fn bad_flow_garbage_from_server() {
 #[case::zero_timeout(&["--server", "--timeout", "0"], "invalid value '0'")]
 #[case::bad_port(&["--server", "--port", "http"], "invalid value 'http'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .env_remove("LAB_GUEST")
-        .output()
-        .expect("run the chapter binary");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert!(stderr.contains(message), "stderr: {stderr}");
-    assert!(out.stdout.is_empty(), "nothing on stdout: no step ran");
+    refuses_command_line(EXE, args, message);
 }

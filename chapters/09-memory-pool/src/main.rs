@@ -232,7 +232,7 @@ fn server(args: &Args) -> Result<bool> {
     let workers = if bench { 1 } else { args.clients as usize };
 
     println!("step 1: open the device, find the RoCE v2 GID, allocate a protection domain");
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let dev = ctx.query_device()?;
@@ -424,13 +424,10 @@ fn server(args: &Args) -> Result<bool> {
     let n_wc = cq.poll_into(&mut wcs)?;
     println!("  our completion queue still holds {n_wc} completions");
     ok &= n_wc == 0;
-    println!(
-        "done: {}",
-        if ok {
-            "every block verified; no work request or completion here: this node's kernel (rxe) served the transfers"
-        } else {
-            "something unexpected happened (see above)"
-        }
+    lab::course::done(
+        ok,
+        "every block verified; no work request or completion here: this node's kernel (rxe) \
+         served the transfers",
     );
     Ok(ok)
 }
@@ -533,7 +530,7 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     let list = block_list(&mine);
 
     println!("step 1: open the device; a CQ with a completion channel (for the async form)");
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(64, Some(&channel))?;
@@ -639,21 +636,15 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
          blocks i, i+{k}, ...)"
     );
     // One process per client: copies of this program with `--client-index i`.
-    let mut children = lab::process::spawn_clients(k).context("starting the client processes")?;
+    let mut children =
+        lab::course::spawn_copies(k, "--client-index").context("starting the client processes")?;
 
     println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let mut ok = lab::process::report_clients(&mut children, Instant::now() + WORK + CONNECT);
+    let mut ok = lab::course::report_copies(&mut children, Instant::now() + WORK + CONNECT);
 
     println!("step 3: a misbehaving client (this process, its own QP: \"misbehaving\")");
     ok &= misbehave(args, host)?;
-    println!(
-        "done: {}",
-        if ok {
-            "every client behaved as expected"
-        } else {
-            "something unexpected happened (see above)"
-        }
-    );
+    lab::course::done(ok, "every client behaved as expected");
     Ok(ok)
 }
 
@@ -661,7 +652,7 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
 /// device, after the round trip.
 fn misbehave(args: &Args, host: &str) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as u64);
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
     let c = connect(&ctx, &pd, &cq, args, host, "misbehaving")?;
@@ -758,7 +749,7 @@ fn misbehave(args: &Args, host: &str) -> Result<bool> {
 
 fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
     let size = args.block_size as usize;
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
     let c = connect(&ctx, &pd, &cq, args, host, "bench")?;

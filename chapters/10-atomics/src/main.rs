@@ -47,8 +47,8 @@ use clap::Parser;
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
-    AccessFlags, Context, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemoteBlock,
-    RemotePool, RtrAttr, RtsAttr,
+    AccessFlags, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemoteBlock, RemotePool,
+    RtrAttr, RtsAttr,
 };
 
 const PSN: u32 = 0x000200;
@@ -150,7 +150,7 @@ fn server(args: &Args) -> Result<bool> {
     let (k, m) = (args.clients as usize, args.iters as u64);
 
     println!("step 1: open the device; can it do atomics?");
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let dev = ctx.query_device()?;
@@ -370,14 +370,7 @@ fn server(args: &Args) -> Result<bool> {
     let n_wc = cq.poll_into(&mut wcs)?;
     ok &= n_wc == 0;
     println!("  our completion queue holds {n_wc} completions (the device did all the work)");
-    println!(
-        "done: {}",
-        if ok {
-            "the counter and the locked record are exact"
-        } else {
-            "something unexpected happened (see above)"
-        }
-    );
+    lab::course::done(ok, "the counter and the locked record are exact");
     Ok(ok)
 }
 
@@ -386,7 +379,7 @@ fn server(args: &Args) -> Result<bool> {
 
 /// A blocking pool client connected to the server (the chapter 09 connection, condensed).
 fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream, u32)> {
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
@@ -502,21 +495,15 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
     println!("step 1: start {k} client processes, each with its own QP to the pool");
     // One process per client: copies of this program with `--client-index i`.
-    let mut children = lab::process::spawn_clients(k).context("starting the client processes")?;
+    let mut children =
+        lab::course::spawn_copies(k, "--client-index").context("starting the client processes")?;
 
     println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let mut ok = lab::process::report_clients(&mut children, Instant::now() + WORK + CONNECT);
+    let mut ok = lab::course::report_copies(&mut children, Instant::now() + WORK + CONNECT);
 
     println!("step 3: a misaligned atomic (this process, its own QP: \"misaligned\")");
     ok &= misaligned(args, host)?;
-    println!(
-        "done: {}",
-        if ok {
-            "every client behaved as expected"
-        } else {
-            "something unexpected happened (see above)"
-        }
-    );
+    lab::course::done(ok, "every client behaved as expected");
     Ok(ok)
 }
 

@@ -1,0 +1,205 @@
+//! `lab::course`: the furniture every chapter repeats, so that each chapter's `main.rs` holds
+//! its lesson and nothing else.
+//!
+//! Like the support crate of the Rust book, this module teaches nothing by itself: it is what
+//! the chapters would otherwise copy from one another.
+//!
+//! - **One error style**: a step that fails becomes a [`Failure`], a one-line message that
+//!   says what the program was doing and why it failed (`.or_fail("move the QP to RTR")?`);
+//!   `main` prints it after `error: ` and exits 1 ([`exit_code`]).
+//! - **The device**: [`open_device`] opens the device a `-d` flag named, else `$LAB_DEVICE`,
+//!   else the first one.
+//! - **Two QPs in RTS on one device**: [`connected_pair`], for chapters that need a working
+//!   connection before chapter 05 and 06 take the bring-up apart; [`wait_for_err`] for the
+//!   moment after an error completion when rxe has not yet moved the QP to ERR.
+//! - **Client fan-out**: [`spawn_copies`] and [`report_copies`] start one copy of the program
+//!   per client and print what each one said, in order.
+
+use std::fmt::{self, Display};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::Running;
+use crate::{
+    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QueuePair,
+    RtrAttr, RtsAttr, qp::QpTypeState,
+};
+
+/// A chapter's failure: the message printed after `error: `, with exit status 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure(s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Failure {
+        Failure(s.to_string())
+    }
+}
+
+/// What a chapter's step returns: a value, or a [`Failure`].
+pub type Outcome<T = ()> = std::result::Result<T, Failure>;
+
+/// `.or_fail(what)`: turns any error into a [`Failure`] that reads `"{what}: {error}"`, where
+/// `what` says what the program was doing and the error (a `lab::Error`) names the verb, the
+/// errno and a hint.
+pub trait OrFail<T> {
+    fn or_fail(self, what: impl Display) -> Outcome<T>;
+}
+
+impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
+    fn or_fail(self, what: impl Display) -> Outcome<T> {
+        self.map_err(|e| Failure(format!("{what}: {e}")))
+    }
+}
+
+/// The end of every chapter's `main`: success is exit status 0; a failure is printed on
+/// stderr as `error: <message>` and is exit status 1.
+pub fn exit_code(result: Outcome) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The device a chapter opens: `name` (its `-d` flag) if given, else `$LAB_DEVICE` if set and
+/// not empty, else the first device (`ibv_open_device(3)`).
+pub fn open_device(name: Option<&str>) -> crate::Result<Context> {
+    match name {
+        Some(n) => Context::open(Some(n)),
+        None => Context::open_default(),
+    }
+}
+
+/// The device name [`open_device`] would ask for: `name`, else `$LAB_DEVICE`; `None` means
+/// "the first device".
+pub fn wanted_device(name: Option<&str>) -> Option<String> {
+    name.map(str::to_string)
+        .or_else(|| std::env::var("LAB_DEVICE").ok().filter(|s| !s.is_empty()))
+}
+
+/// Two RC QPs in `pd`, the first completing on `cq_a` and the second on `cq_b` (send and
+/// receive alike), connected to each other through `gid` and in RTS with `lab`'s default
+/// attributes. Chapter 05 walks through these transitions one by one.
+pub fn connected_pair(
+    pd: &ProtectionDomain,
+    cq_a: &CompletionQueue,
+    cq_b: &CompletionQueue,
+    gid: Gid,
+) -> crate::Result<(QueuePair, QueuePair)> {
+    const PSN_A: u32 = 0x000100;
+    const PSN_B: u32 = 0x000200;
+    let a = pd.create_qp(&QpInitAttr::rc(cq_a, cq_a))?;
+    let b = pd.create_qp(&QpInitAttr::rc(cq_b, cq_b))?;
+    let (qa, qb) = (a.qp_num(), b.qp_num());
+    let a = a.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(qb, PSN_B, gid),
+        &RtsAttr::new(PSN_A),
+    )?;
+    let b = b.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(qa, PSN_A, gid),
+        &RtsAttr::new(PSN_B),
+    )?;
+    Ok((a, b))
+}
+
+/// The state of a QP that should be in ERR. rxe moves a QP to ERR just *after* it queues the
+/// error completion (and a responder on its own, after sending the NAK), so a program that
+/// queries right after polling can still see RTS for an instant: this asks again until the
+/// QP is in ERR or `limit` has passed, then returns the state it is in.
+pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> crate::Result<QpState> {
+    let start = Instant::now();
+    loop {
+        let s = qp.state()?;
+        if s == QpState::Err || start.elapsed() > limit {
+            return Ok(s);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Starts `count` copies of this program, each with this process's arguments plus
+/// `index_flag i` (for example `--client-index 3`), stdin closed, stdout and stderr
+/// collected: one process per client.
+pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running>> {
+    let exe = std::env::current_exe()?;
+    (0..count)
+        .map(|i| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(std::env::args_os().skip(1))
+                .args([index_flag, &i.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            Running::spawn(cmd)
+        })
+        .collect()
+}
+
+/// Waits for each copy (all share one `deadline`) and prints its output in order, each line
+/// prefixed `  [client i]`, then its exit code. Returns whether every copy exited 0.
+pub fn report_copies(children: &mut [Running], deadline: Instant) -> bool {
+    let mut ok = true;
+    for (i, child) in children.iter_mut().enumerate() {
+        let (code, out, err) = child.finish(deadline);
+        for line in out.lines() {
+            println!("  [client {i}] {line}");
+        }
+        for line in err.lines() {
+            println!("  [client {i}] stderr: {line}");
+        }
+        println!("  [client {i}] exit {code}");
+        ok &= code == 0;
+    }
+    ok
+}
+
+/// The last line of a role: `done: <success>` when `ok`, else
+/// `done: something unexpected happened (see above)`.
+pub fn done(ok: bool, success: &str) {
+    println!(
+        "done: {}",
+        if ok {
+            success
+        } else {
+            "something unexpected happened (see above)"
+        }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn or_fail_says_what_and_why() {
+        let r: Result<(), std::io::Error> = Err(std::io::Error::other("it broke"));
+        assert_eq!(
+            r.or_fail("open the device"),
+            Err(Failure("open the device: it broke".into()))
+        );
+        assert_eq!(Ok::<u8, String>(3).or_fail("anything"), Ok(3));
+    }
+
+    #[test]
+    fn wanted_device_prefers_the_flag() {
+        assert_eq!(wanted_device(Some("rxe9")), Some("rxe9".to_string()));
+    }
+}
