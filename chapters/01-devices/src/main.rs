@@ -27,60 +27,31 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
+
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
 use lab::say;
 use lab::show::{self, Align, Table};
 use lab::{Context, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortState, QpInitAttr, RtrAttr};
 
-const USAGE: &str = "usage: ch01-devices [-d DEVICE] [-i PORT]
-  -d, --device DEVICE   the RDMA device to open (default: $LAB_DEVICE, else the first)
-  -i, --ib-port PORT    the port to query, from 1 (default: 1)
-  -h, --help            this text";
-
-/// What the command line asked for.
-#[derive(Debug)]
+/// The command line (clap: `--help` and a clear message with exit status 2 for a bad flag).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch01-devices",
+    about = "Devices, ports and the GID table: open a device, read its attributes, pick the RoCE v2 GID"
+)]
 struct Args {
+    /// The RDMA device to open (default: $LAB_DEVICE, else the first)
+    #[arg(short = 'd', long, value_name = "DEVICE")]
     device: Option<String>,
+    /// The port to query, from 1
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..))]
     port: u8,
 }
 
-/// Small, std-only argument parsing: a bad argument is a message and exit status 2, never a
-/// panic.
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-    let mut args = Args {
-        device: None,
-        port: 1,
-    };
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "-d" | "--device" => args.device = Some(value(&a)?),
-            "-i" | "--ib-port" => {
-                let v = value(&a)?;
-                args.port = match v.parse::<u8>() {
-                    Ok(p) if p >= 1 => p,
-                    _ => return Err(format!("{a}: {v:?} is not a port number (1..=255)")),
-                };
-            }
-            other => return Err(format!("unexpected argument {other:?}")),
-        }
-    }
-    Ok(Some(args))
-}
-
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ch01-devices: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -49,16 +49,17 @@ fn chapter(#[case] args: &[&str], #[case] exit: i32) {
 }
 
 #[rstest]
-#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
-#[case::missing_value(&["-d"], "-d needs a value")]
-#[case::port_zero(&["-i", "0"], "\"0\" is not a port number")]
-#[case::port_not_a_number(&["--ib-port", "one"], "\"one\" is not a port number")]
+#[case::unknown_flag(&["--bogus"], "unexpected argument '--bogus'")]
+#[case::missing_value(&["-d"], "a value is required for '--device <DEVICE>'")]
+#[case::port_zero(&["-i", "0"], "invalid value '0' for '--ib-port <PORT>'")]
+#[case::port_not_a_number(&["--ib-port", "one"], "invalid value 'one' for '--ib-port <PORT>'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
     let stderr = refuses_command_line(EXE, args, message);
-    assert!(stderr.contains("usage: ch01-devices"), "{stderr}");
+    // clap names the flag and points at --help.
+    assert!(stderr.contains("try '--help'"), "{stderr}");
 }
 
 #[test]
 fn help_prints_usage() {
-    assert!(prints_help(EXE, "--help").starts_with("usage: ch01-devices"));
+    assert!(prints_help(EXE, "--help").contains("Usage: ch01-devices"));
 }

@@ -24,6 +24,8 @@
 //! Run it: `cargo lab run 02`. It takes no arguments.
 
 use std::process::ExitCode;
+
+use clap::Parser;
 use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
@@ -42,23 +44,18 @@ const QUIET: Duration = Duration::from_millis(300);
 const MR_LEN: usize = 4096;
 const MESSAGE: &[u8] = b"hello from PD A";
 
-const USAGE: &str = "usage: ch02-protection-domain
-  takes no arguments; the device is $LAB_DEVICE, else the first one
-  -h, --help   this text";
+/// The command line: no options; the device is $LAB_DEVICE, else the first one.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch02-protection-domain",
+    about = "Protection domains as isolation boundaries (no options; the device is \
+             $LAB_DEVICE, else the first one)"
+)]
+struct Args {}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        None => {}
-        Some("-h" | "--help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => {
-            eprintln!("ch02-protection-domain: unexpected argument {other:?}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
+    // clap: `--help`, and a clear message with exit status 2 for any argument.
+    Args::parse();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -43,14 +43,15 @@ fn chapter() {
 }
 
 #[rstest]
-#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
-#[case::positional(&["rxe0"], "unexpected argument \"rxe0\"")]
+#[case::unknown_flag(&["--bogus"], "unexpected argument '--bogus'")]
+#[case::positional(&["rxe0"], "unexpected argument 'rxe0'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
     let stderr = refuses_command_line(EXE, args, message);
-    assert!(stderr.contains("usage: ch02-protection-domain"), "{stderr}");
+    // clap names the flag and points at --help.
+    assert!(stderr.contains("try '--help'"), "{stderr}");
 }
 
 #[test]
 fn help_prints_usage() {
-    assert!(prints_help(EXE, "-h").starts_with("usage: ch02-protection-domain"));
+    assert!(prints_help(EXE, "-h").contains("Usage: ch02-protection-domain"));
 }

@@ -25,6 +25,7 @@
 //! Run it: `cargo lab run 03`. It takes no arguments (`--memlock-child` is the child's role,
 //! used by the chapter itself).
 
+use clap::Parser;
 use std::io::Read;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -50,24 +51,26 @@ const NOBODY: u32 = 65534;
 /// `CAP_IPC_LOCK`'s bit in /proc/self/status's CapEff (linux/capability.h).
 const CAP_IPC_LOCK: u32 = 14;
 
-const USAGE: &str = "usage: ch03-memory-regions
-  takes no arguments; the device is $LAB_DEVICE, else the first one
-  -h, --help   this text";
+/// The command line: no options; the device is $LAB_DEVICE, else the first one.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch03-memory-regions",
+    about = "Memory regions: access flags, lkey and rkey, the memlock limit (no options; the \
+             device is $LAB_DEVICE, else the first one)"
+)]
+struct Args {
+    /// The hidden role: the child process of step 5 (the chapter starts it itself).
+    #[arg(long, hide = true)]
+    memlock_child: bool,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        None => run(),
-        // The hidden role: the child process of step 5.
-        Some("--memlock-child") if args.len() == 1 => memlock_child(),
-        Some("-h" | "--help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => {
-            eprintln!("ch03-memory-regions: unexpected argument {other:?}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // clap: `--help`, and a clear message with exit status 2 for any other argument.
+    let args = Args::parse();
+    let result = if args.memlock_child {
+        memlock_child()
+    } else {
+        run()
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

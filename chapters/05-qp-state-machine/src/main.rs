@@ -35,6 +35,8 @@
 //! lab up). No options.
 
 use std::process::ExitCode;
+
+use clap::Parser;
 use std::time::{Duration, Instant};
 
 use lab::show;
@@ -44,21 +46,18 @@ use lab::{
     WorkCompletion, transition,
 };
 
-const USAGE: &str = "usage: ch05-qp-state-machine
-  walks two RC queue pairs through RESET -> INIT -> RTR -> RTS -> ERR -> RESET -> ... RTS
-  and breaks the rules on purpose; takes no options
-  -h, --help   this text";
+/// The command line: no options.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch05-qp-state-machine",
+    about = "Walks two RC queue pairs through RESET -> INIT -> RTR -> RTS -> ERR -> RESET -> ... \
+             RTS and breaks the rules on purpose (no options)"
+)]
+struct Args {}
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    if let Some(a) = args.next() {
-        if a == "-h" || a == "--help" {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        eprintln!("ch05-qp-state-machine: unexpected argument {a:?}\n{USAGE}");
-        return ExitCode::from(2);
-    }
+    // clap: `--help`, and a clear message with exit status 2 for any argument.
+    Args::parse();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
