@@ -49,6 +49,32 @@ impl From<&str> for Failure {
     }
 }
 
+/// `?` on a `lab` call: lab's message already names the verb, the errno and a hint.
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+/// `?` on a failed state transition (the QP it hands back is dropped).
+impl<S: QpTypeState> From<crate::qp::TransitionError<S>> for Failure {
+    fn from(e: crate::qp::TransitionError<S>) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+impl From<crate::exchange::ExchangeError> for Failure {
+    fn from(e: crate::exchange::ExchangeError) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
 /// What a chapter's step returns: a value, or a [`Failure`].
 pub type Outcome<T = ()> = std::result::Result<T, Failure>;
 
@@ -65,13 +91,24 @@ impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
     }
 }
 
-/// The end of every chapter's `main`: success is exit status 0; a failure is printed on
-/// stderr as `error: <message>` and is exit status 1.
+/// The end of a chapter's `main`: success is exit status 0; a failure is printed on stderr
+/// as `error: <message>` (the form `ibv_rc_pingpong` uses) and is exit status 1.
 pub fn exit_code(result: Outcome) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(msg)) => {
             eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// [`exit_code`] for a program that names itself: `<program>: error: <message>`.
+pub fn exit_code_of(program: &str, result: Outcome) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("{program}: error: {msg}");
             ExitCode::FAILURE
         }
     }

@@ -56,16 +56,12 @@ struct Args {}
 fn main() -> ExitCode {
     // clap: `--help`, and a clear message with exit status 2 for any argument.
     Args::parse();
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ch02-protection-domain: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab::course::exit_code_of("ch02-protection-domain", run())
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
+/// `ch02-protection-domain: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// Fails the chapter (exit status 1) with a message when an observation is not the expected one.
 fn expect(ok: bool, what: impl FnOnce() -> String) -> Res<()> {

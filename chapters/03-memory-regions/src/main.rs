@@ -72,16 +72,12 @@ fn main() -> ExitCode {
     } else {
         run()
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ch03-memory-regions: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab::course::exit_code_of("ch03-memory-regions", result)
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
+/// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// Fails the chapter (exit status 1) with a message when an observation is not the expected one.
 fn expect(ok: bool, what: impl FnOnce() -> String) -> Res<()> {

@@ -85,18 +85,12 @@ fn window(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // lab's errors name the verb, the errno (`EINVAL (22)`) and, for classic mistakes,
-            // a hint on the next line.
-            eprintln!("ch04-completion-queues: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab::course::exit_code_of("ch04-completion-queues", run(&args))
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
+/// `ch04-completion-queues: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// The send queue's size, and so the largest window.
 const MAX_WINDOW: usize = 64;
@@ -757,21 +751,23 @@ fn teardown(rig: Rig) -> Res<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_args;
+    use super::Args;
+    use clap::Parser;
 
-    fn parse(v: &[&str]) -> Result<Option<super::Args>, String> {
-        parse_args(v.iter().map(|s| s.to_string()))
+    fn parse(v: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("ch04-completion-queues").chain(v.iter().copied()))
     }
 
     #[test]
     fn defaults_and_flags() {
-        let a = parse(&[]).unwrap().unwrap();
+        let a = parse(&[]).unwrap();
         assert_eq!((a.iters, a.window, a.counts), (1000, 16, false));
-        let a = parse(&["-n", "10", "--window", "4", "--counts"])
-            .unwrap()
-            .unwrap();
+        let a = parse(&["-n", "10", "--window", "4", "--counts"]).unwrap();
         assert_eq!((a.iters, a.window, a.counts), (10, 4, true));
-        assert!(parse(&["--help"]).unwrap().is_none());
+        assert_eq!(
+            parse(&["--help"]).unwrap_err().kind(),
+            clap::error::ErrorKind::DisplayHelp
+        );
     }
 
     #[test]
@@ -783,7 +779,7 @@ mod tests {
             &["-w", "65"],
             &["--frobnicate"],
         ] {
-            assert!(parse(bad).is_err(), "{bad:?}");
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
     }
 }

@@ -58,18 +58,12 @@ struct Args {}
 fn main() -> ExitCode {
     // clap: `--help`, and a clear message with exit status 2 for any argument.
     Args::parse();
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // lab's errors name the verb, the errno (`EINVAL (22)`) and, for classic mistakes,
-            // a hint on the next line.
-            eprintln!("ch05-qp-state-machine: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab::course::exit_code_of("ch05-qp-state-machine", run())
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
+/// `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// First PSNs of A and B (any 24-bit values), and the new ones after the reset in step 10.
 const PSN_A: u32 = 0x00a000;
