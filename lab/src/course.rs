@@ -83,12 +83,22 @@ pub type Outcome<T = ()> = std::result::Result<T, Failure>;
 /// errno and a hint.
 pub trait OrFail<T> {
     fn or_fail(self, what: impl Display) -> Outcome<T>;
+    /// [`or_fail`](OrFail::or_fail) with the message built only on failure.
+    fn or_fail_with<D: Display>(self, what: impl FnOnce() -> D) -> Outcome<T>;
 }
 
 impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
     fn or_fail(self, what: impl Display) -> Outcome<T> {
         self.map_err(|e| Failure(format!("{what}: {e}")))
     }
+    fn or_fail_with<D: Display>(self, what: impl FnOnce() -> D) -> Outcome<T> {
+        self.map_err(|e| Failure(format!("{}: {e}", what())))
+    }
+}
+
+/// Fails the step with the message `what()` when an observation is not the expected one.
+pub fn expect(ok: bool, what: impl FnOnce() -> String) -> Outcome {
+    if ok { Ok(()) } else { Err(Failure(what())) }
 }
 
 /// The end of a chapter's `main`: success is exit status 0; a failure is printed on stderr

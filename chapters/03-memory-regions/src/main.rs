@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
 // Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
-use lab::course::{connected_pair, wait_for_err};
+// `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
+// expected one.
+use lab::course::{connected_pair, expect, wait_for_err};
 use lab::say;
 use lab::show::{self, Align, Table};
 use lab::{AccessFlags, Context, MemoryRegion, SendWr, WcStatus};
@@ -78,11 +80,6 @@ fn main() -> ExitCode {
 /// Every step returns `Res`: a value, or a `Failure` whose message main prints after
 /// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
 type Res<T> = lab::course::Outcome<T>;
-
-/// Fails the chapter (exit status 1) with a message when an observation is not the expected one.
-fn expect(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
-    if ok { Ok(()) } else { Err(what().into()) }
-}
 
 /// Prints a failed verb's errno and lab's hint, and checks the errno is the expected one.
 fn report_refusal(e: &lab::Error, expected: i32) -> Res<()> {

@@ -46,8 +46,10 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+// Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
+// `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
+use lab::course::{OrFail, Outcome as Result, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
@@ -149,7 +151,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            println!("FAILED: {e:#}");
+            println!("FAILED: {e}");
             ExitCode::FAILURE
         }
     }
@@ -315,7 +317,7 @@ fn server(args: &Args) -> Result<bool> {
     let accept = |what: &str| -> Result<Conn> {
         let mut oob = listener
             .accept(CONNECT)
-            .with_context(|| format!("waiting for {what}"))?;
+            .or_fail_with(|| format!("waiting for {what}"))?;
         let theirs = oob.recv_msg(CONNECT)?;
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?.bring_up(
             &InitAttr::default(),
@@ -353,7 +355,7 @@ fn server(args: &Args) -> Result<bool> {
         let line = c
             .oob
             .recv_line(WORK)
-            .with_context(|| format!("waiting for {}'s \"done\"", c.name))?;
+            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.name))?;
         reported.push((c.name.clone(), line));
     }
     let cpu = lab::cpu_time()?.since(&cpu0);
@@ -490,7 +492,7 @@ fn connect(
         ..Default::default()
     };
     let (oob, pool) = OobStream::connect_exchange(host, args.port, &mine, CONNECT)
-        .with_context(|| format!("exchanging endpoints with the pool server at {host}"))?;
+        .or_fail_with(|| format!("exchanging endpoints with the pool server at {host}"))?;
     let qp = qp.bring_up(
         &InitAttr::default(),
         &RtrAttr::new(pool.qpn, pool.psn, Gid(pool.gid)),
@@ -506,16 +508,20 @@ fn connect(
 
 /// Checks that the table the server sent is what our flags say.
 fn check_table(table: &[RemoteBlock], args: &Args) -> Result<()> {
-    ensure!(
+    expect(
         table.len() == args.blocks as usize
             && table.iter().all(|b| b.len == args.block_size as u64),
-        "the server's table has {} blocks of {} bytes, but this client was started with \
+        || {
+            format!(
+                "the server's table has {} blocks of {} bytes, but this client was started with \
          --blocks {} --block-size {}: give both roles the same flags",
-        table.len(),
-        table.first().map_or(0, |b| b.len),
-        args.blocks,
-        args.block_size
-    );
+                table.len(),
+                table.first().map_or(0, |b| b.len),
+                args.blocks,
+                args.block_size
+            )
+        },
+    )?;
     Ok(())
 }
 
@@ -637,7 +643,7 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
     );
     // One process per client: copies of this program with `--client-index i`.
     let mut children =
-        lab::course::spawn_copies(k, "--client-index").context("starting the client processes")?;
+        lab::course::spawn_copies(k, "--client-index").or_fail("starting the client processes")?;
 
     println!("step 2: wait for them; their output, in client order (they ran concurrently)");
     let mut ok = lab::course::report_copies(&mut children, Instant::now() + WORK + CONNECT);
@@ -797,7 +803,7 @@ fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
     run("WRITE", true, &mut pool)?;
     run("READ", false, &mut pool)?;
     if buf != data {
-        bail!("the READs did not return what was written");
+        return Err("the READs did not return what was written".into());
     }
     oob.send_line("done: benchmark finished", OP)?;
     Ok(true)

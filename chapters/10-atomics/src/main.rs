@@ -42,8 +42,10 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+// Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
+// `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
+use lab::course::{Failure, OrFail, Outcome as Result, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
@@ -118,7 +120,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            println!("FAILED: {e:#}");
+            println!("FAILED: {e}");
             ExitCode::FAILURE
         }
     }
@@ -162,10 +164,9 @@ fn server(args: &Args) -> Result<bool> {
         show::gid(&gid.gid.raw()),
         dev.atomic_cap.name()
     );
-    ensure!(
-        dev.atomic_cap != lab::AtomicCap::None,
-        "this device does not support atomics"
-    );
+    expect(dev.atomic_cap != lab::AtomicCap::None, || {
+        "this device does not support atomics".to_string()
+    })?;
 
     println!("step 2: one MR of 4 blocks x {BLOCK} bytes, with REMOTE_ATOMIC");
     // Without IBV_ACCESS_REMOTE_ATOMIC every atomic on this MR fails with
@@ -209,7 +210,7 @@ fn server(args: &Args) -> Result<bool> {
     let accept = |what: &str| -> Result<Conn> {
         let mut oob = listener
             .accept(CONNECT)
-            .with_context(|| format!("waiting for {what}"))?;
+            .or_fail_with(|| format!("waiting for {what}"))?;
         let theirs = oob.recv_msg(CONNECT)?;
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?.bring_up(
             &InitAttr::default(),
@@ -250,21 +251,19 @@ fn server(args: &Args) -> Result<bool> {
                 let line = c
                     .oob
                     .recv_line(WORK)
-                    .with_context(|| format!("waiting for {} to be ready for {phase}", c.name))?;
+                    .or_fail_with(|| format!("waiting for {} to be ready for {phase}", c.name))?;
                 if let Some(list) = line.strip_prefix("olds ") {
                     for v in list.split(',').filter(|s| !s.is_empty()) {
                         olds.push(
                             v.parse()
-                                .with_context(|| format!("{} sent {v:?}", c.name))?,
+                                .or_fail_with(|| format!("{} sent {v:?}", c.name))?,
                         );
                     }
                     continue;
                 }
-                ensure!(
-                    line == format!("ready {phase}"),
-                    "{} sent {line:?}, expected \"ready {phase}\"",
-                    c.name
-                );
+                expect(line == format!("ready {phase}"), || {
+                    format!("{} sent {line:?}, expected \"ready {phase}\"", c.name)
+                })?;
                 break;
             }
         }
@@ -276,7 +275,7 @@ fn server(args: &Args) -> Result<bool> {
     for c in &mut conns {
         c.oob
             .expect_line("done", WORK)
-            .with_context(|| format!("waiting for {}'s \"done\"", c.name))?;
+            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.name))?;
     }
     println!("  all {k} clients done");
 
@@ -392,12 +391,16 @@ fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream
         ..Default::default()
     };
     let (oob, srv) = OobStream::connect_exchange(host, args.port, &mine, CONNECT)
-        .with_context(|| format!("exchanging endpoints with the pool server at {host}"))?;
-    ensure!(
+        .or_fail_with(|| format!("exchanging endpoints with the pool server at {host}"))?;
+    expect(
         srv.regions.len() == 4 && srv.regions.iter().all(|b| b.len == BLOCK as u64),
-        "the server sent {} blocks; expected 4 of {BLOCK} bytes (is it chapter 10's server?)",
-        srv.regions.len()
-    );
+        || {
+            format!(
+                "the server sent {} blocks; expected 4 of {BLOCK} bytes (is it chapter 10's server?)",
+                srv.regions.len()
+            )
+        },
+    )?;
     let qp = qp.bring_up(
         &InitAttr::default(),
         &RtrAttr::new(srv.qpn, srv.psn, Gid(srv.gid)),
@@ -467,7 +470,7 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
         let give_up = Instant::now() + WORK;
         while pool.compare_swap(LOCK, 0, 0, id)? != 0 {
             if Instant::now() > give_up {
-                bail!("could not take the lock within {WORK:?}");
+                return Err(Failure(format!("could not take the lock within {WORK:?}")));
             }
         }
         read_modify_write(&mut pool, GUARDED, args, me)?;
@@ -496,7 +499,7 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
     println!("step 1: start {k} client processes, each with its own QP to the pool");
     // One process per client: copies of this program with `--client-index i`.
     let mut children =
-        lab::course::spawn_copies(k, "--client-index").context("starting the client processes")?;
+        lab::course::spawn_copies(k, "--client-index").or_fail("starting the client processes")?;
 
     println!("step 2: wait for them; their output, in client order (they ran concurrently)");
     let mut ok = lab::course::report_copies(&mut children, Instant::now() + WORK + CONNECT);
