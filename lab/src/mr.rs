@@ -15,7 +15,6 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
-use crate::exchange::RemoteRegion;
 use crate::flags::flag_set;
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::Sge;
@@ -308,7 +307,7 @@ impl MemoryRegion {
         unsafe { (*self.pd.pd.as_ptr()).handle }
     }
     /// What to send a peer for one-sided operations: address, length, rkey
-    /// ([`crate::exchange::RemoteRegion`], carried by the lab's exchange message).
+    /// ([`RemoteRegion`], which the lab's exchange message carries).
     pub fn remote(&self) -> RemoteRegion {
         RemoteRegion {
             addr: self.addr(),
@@ -456,6 +455,35 @@ impl MemoryRegion {
         let v = unsafe { std::slice::from_raw_parts(self.base(), len) }.to_vec();
         free_buffer(&self.buf);
         Ok(v)
+    }
+}
+
+/// A remote memory region (or one block of it) that the peer may access with one-sided
+/// operations: RDMA WRITE/READ at `addr..addr+len` with `rkey`, or atomics on 8-byte words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteRegion {
+    /// Start address in the peer's address space (what `ibv_reg_mr` returned as `addr`).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The remote key the peer's MR (or memory window) grants.
+    pub rkey: u32,
+}
+
+impl RemoteRegion {
+    /// The address one past the end, or `None` if `addr + len` overflows.
+    pub fn end(&self) -> Option<u64> {
+        self.addr.checked_add(self.len)
+    }
+
+    /// The remote address of `offset`, if `offset..offset+len` lies inside the region.
+    /// Use it to bounds-check a one-sided operation before posting it.
+    pub fn addr_of(&self, offset: u64, len: u64) -> Option<u64> {
+        let stop = offset.checked_add(len)?;
+        if stop > self.len {
+            return None;
+        }
+        self.addr.checked_add(offset)
     }
 }
 

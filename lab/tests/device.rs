@@ -785,7 +785,7 @@ fn pool_futures_on_the_completion_channel() {
                 ..
             } = Pair::on(ctx.clone(), Some(&ch));
             let whole = mr_b.remote();
-            let blocks: Vec<RemoteBlock> = (0..8)
+            let blocks: Vec<RemoteRegion> = (0..8)
                 .map(|i| RemoteRegion {
                     addr: whole.addr + i * 512,
                     len: 512,

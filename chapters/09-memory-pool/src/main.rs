@@ -54,7 +54,7 @@ use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, AsyncPool, Context, Error, Gid, InitAttr, MemoryRegion, PoolOp, QpInitAttr,
-    QpState, QueuePair, RemoteBlock, RemotePool, RtrAttr, RtsAttr, WcStatus, join_all,
+    QpState, QueuePair, RemotePool, RemoteRegion, RtrAttr, RtsAttr, WcStatus, join_all,
 };
 
 /// Our first packet sequence number (any 24-bit value; both sides just have to agree).
@@ -281,8 +281,8 @@ fn server(args: &Args) -> Result<bool> {
     );
 
     println!("step 3: the block table the clients get: (addr, len, rkey) per block");
-    let table: Vec<RemoteBlock> = (0..n)
-        .map(|i| RemoteBlock {
+    let table: Vec<RemoteRegion> = (0..n)
+        .map(|i| RemoteRegion {
             addr: pool.addr() + (i * size) as u64,
             len: size as u64,
             rkey: pool.rkey(),
@@ -434,7 +434,7 @@ fn server(args: &Args) -> Result<bool> {
     Ok(ok)
 }
 
-fn print_table(table: &[RemoteBlock]) {
+fn print_table(table: &[RemoteRegion]) {
     let mut t = Table::new([
         ("block", Align::Right),
         ("len", Align::Right),
@@ -468,7 +468,7 @@ fn print_table(table: &[RemoteBlock]) {
 struct Connected {
     qp: QueuePair,
     oob: OobStream,
-    table: Vec<RemoteBlock>,
+    table: Vec<RemoteRegion>,
     server_qpn: u32,
 }
 
@@ -507,7 +507,7 @@ fn connect(
 }
 
 /// Checks that the table the server sent is what our flags say.
-fn check_table(table: &[RemoteBlock], args: &Args) -> Result<()> {
+fn check_table(table: &[RemoteRegion], args: &Args) -> Result<()> {
     expect(
         table.len() == args.blocks as usize
             && table.iter().all(|b| b.len == args.block_size as u64),
@@ -712,10 +712,10 @@ fn misbehave(args: &Args, host: &str) -> Result<bool> {
     println!("      device can tell, so the error comes back as a completion");
     let (qp, cq, staging) = pool.into_parts();
     let real = c.table[0].rkey;
-    let forged: Vec<RemoteBlock> = c
+    let forged: Vec<RemoteRegion> = c
         .table
         .iter()
-        .map(|b| RemoteBlock {
+        .map(|b| RemoteRegion {
             rkey: real.wrapping_add(1),
             ..*b
         })

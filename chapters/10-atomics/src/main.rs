@@ -49,7 +49,7 @@ use lab::course::{Failure, OrFail, Outcome as Result, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
-    AccessFlags, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemoteBlock, RemotePool,
+    AccessFlags, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion,
     RtrAttr, RtsAttr,
 };
 
@@ -177,8 +177,8 @@ fn server(args: &Args) -> Result<bool> {
         | AccessFlags::REMOTE_ATOMIC;
     let mut pool = pd.reg_mr(4 * BLOCK, access)?;
     pool.as_mut_slice().fill(0);
-    let table: Vec<RemoteBlock> = (0..4)
-        .map(|i| RemoteBlock {
+    let table: Vec<RemoteRegion> = (0..4)
+        .map(|i| RemoteRegion {
             addr: pool.addr() + (i * BLOCK) as u64,
             len: BLOCK as u64,
             rkey: pool.rkey(),
