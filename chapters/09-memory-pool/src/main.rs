@@ -41,6 +41,11 @@
 //! The client role starts `--clients` worker processes (copies of itself with the hidden flag
 //! `--client-index I`), prints their output in index order, then plays a misbehaving client
 //! itself.
+//!
+//! This file is longer than most chapters (about 840 lines) because it holds four roles, in
+//! the order they run: the server, a worker, the misbehaving client and the benchmark client.
+//! Each role reads top to bottom on its own; splitting them across files would hide the
+//! exchange that ties them together.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
