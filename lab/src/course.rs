@@ -218,6 +218,29 @@ pub fn report_copies(children: &mut [Running], deadline: Instant) -> bool {
     ok
 }
 
+/// The client role of a two-node chapter: step 1 starts `count` copies of this program (one
+/// process per client, each told its index by `index_flag`), step 2 waits for them until
+/// `deadline` and prints their output in order, step 3 runs `own_part` in this process (a
+/// client that breaks a rule on purpose), then the `done:` line. Returns whether everything
+/// behaved: every copy exited 0 and `own_part` returned true.
+pub fn client_role(
+    count: u32,
+    index_flag: &str,
+    deadline: Duration,
+    step1: &str,
+    step3: &str,
+    own_part: impl FnOnce() -> Outcome<bool>,
+) -> Outcome<bool> {
+    println!("step 1: {step1}");
+    let mut children = spawn_copies(count, index_flag).or_fail("starting the client processes")?;
+    println!("step 2: wait for them; their output, in client order (they ran concurrently)");
+    let mut ok = report_copies(&mut children, Instant::now() + deadline);
+    println!("step 3: {step3}");
+    ok &= own_part()?;
+    done(ok, "every client behaved as expected");
+    Ok(ok)
+}
+
 /// The last line of a role: `done: <success>` when `ok`, else
 /// `done: something unexpected happened (see above)`.
 pub fn done(ok: bool, success: &str) {

@@ -642,21 +642,19 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
 
 fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
-    println!(
-        "step 1: start {k} client processes (each its own QP and its own blocks: client i owns \
-         blocks i, i+{k}, ...)"
-    );
-    // One process per client: copies of this program with `--client-index i`.
-    let mut children =
-        lab::course::spawn_copies(k, "--client-index").or_fail("starting the client processes")?;
-
-    println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let mut ok = lab::course::report_copies(&mut children, Instant::now() + WORK + CONNECT);
-
-    println!("step 3: a misbehaving client (this process, its own QP: \"misbehaving\")");
-    ok &= misbehave(args, host)?;
-    lab::course::done(ok, "every client behaved as expected");
-    Ok(ok)
+    // One process per client: copies of this program with `--client-index i`, each with its
+    // own QP and its own blocks; then this process misbehaves on purpose.
+    lab::course::client_role(
+        k,
+        "--client-index",
+        WORK + CONNECT,
+        &format!(
+            "start {k} client processes (each its own QP and its own blocks: client i owns \
+             blocks i, i+{k}, ...)"
+        ),
+        "a misbehaving client (this process, its own QP: \"misbehaving\")",
+        || misbehave(args, host),
+    )
 }
 
 /// Out-of-range requests are refused before posting; a forged rkey is refused by the server's

@@ -496,18 +496,16 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
 
 fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
-    println!("step 1: start {k} client processes, each with its own QP to the pool");
-    // One process per client: copies of this program with `--client-index i`.
-    let mut children =
-        lab::course::spawn_copies(k, "--client-index").or_fail("starting the client processes")?;
-
-    println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let mut ok = lab::course::report_copies(&mut children, Instant::now() + WORK + CONNECT);
-
-    println!("step 3: a misaligned atomic (this process, its own QP: \"misaligned\")");
-    ok &= misaligned(args, host)?;
-    lab::course::done(ok, "every client behaved as expected");
-    Ok(ok)
+    // One process per client: copies of this program with `--client-index i`; then this
+    // process posts a misaligned atomic on purpose.
+    lab::course::client_role(
+        k,
+        "--client-index",
+        WORK + CONNECT,
+        &format!("start {k} client processes, each with its own QP to the pool"),
+        "a misaligned atomic (this process, its own QP: \"misaligned\")",
+        || misaligned(args, host),
+    )
 }
 
 /// An atomic must target an 8-byte aligned address. rxe's provider checks it when the work
