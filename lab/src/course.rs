@@ -5,15 +5,19 @@
 //! the chapters would otherwise copy from one another.
 //!
 //! - **One error style**: a step that fails becomes a [`Failure`], a one-line message that
-//!   says what the program was doing and why it failed (`.or_fail("move the QP to RTR")?`);
-//!   `main` prints it after `error: ` and exits 1 ([`exit_code`]).
+//!   says what the program was doing and why it failed (`.or_fail("move the QP to RTR")?`,
+//!   [`expect`] for an observation that is not the expected one; `?` on a `lab` error keeps
+//!   lab's message); `main` prints it after `error: ` and exits 1 ([`exit_code`],
+//!   [`exit_code_of`]).
 //! - **The device**: [`open_device`] opens the device a `-d` flag named, else `$LAB_DEVICE`,
 //!   else the first one.
-//! - **Two QPs in RTS on one device**: [`connected_pair`], for chapters that need a working
-//!   connection before chapter 05 and 06 take the bring-up apart; [`wait_for_err`] for the
+//! - **Two QPs in RTS on one device**: [`connected_pair`], for the chapters that need a working
+//!   connection before chapters 05 and 06 take the bring-up apart; [`wait_for_err`] for the
 //!   moment after an error completion when rxe has not yet moved the QP to ERR.
-//! - **Client fan-out**: [`spawn_copies`] and [`report_copies`] start one copy of the program
-//!   per client and print what each one said, in order.
+//! - **Client fan-out**: [`client_role`] (built on [`spawn_copies`] and [`report_copies`])
+//!   starts one copy of the program per client, prints what each one said, in order, then
+//!   runs this process's own part.
+//! - [`done`]: the last line of a role.
 
 use std::fmt::{self, Display};
 use std::process::{Command, ExitCode, Stdio};

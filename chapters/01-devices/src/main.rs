@@ -38,7 +38,8 @@ use lab::{Context, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortState, QpIni
 #[derive(Parser, Debug)]
 #[command(
     name = "ch01-devices",
-    about = "Devices, ports and the GID table: open a device, read its attributes, pick the RoCE v2 GID"
+    about = "Devices, ports and the GID table: open a device, read its attributes, pick the \
+             RoCE v2 GID"
 )]
 struct Args {
     /// The RDMA device to open (default: $LAB_DEVICE, else the first)
@@ -55,8 +56,9 @@ fn main() -> ExitCode {
     lab::course::exit_code_of("ch01-devices", run(&args))
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
-/// `ch01-devices: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch01-devices: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
 type Res<T> = lab::course::Outcome<T>;
 
 fn run(args: &Args) -> Res<()> {

@@ -61,8 +61,9 @@ fn main() -> ExitCode {
     lab::course::exit_code_of("ch02-protection-domain", run())
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
-/// `ch02-protection-domain: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch02-protection-domain: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
 type Res<T> = lab::course::Outcome<T>;
 
 fn run() -> Res<()> {

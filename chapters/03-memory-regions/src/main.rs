@@ -77,8 +77,9 @@ fn main() -> ExitCode {
     lab::course::exit_code_of("ch03-memory-regions", result)
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
-/// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
 type Res<T> = lab::course::Outcome<T>;
 
 /// Prints a failed verb's errno and lab's hint, and checks the errno is the expected one.

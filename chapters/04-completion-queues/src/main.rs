@@ -88,8 +88,9 @@ fn main() -> ExitCode {
     lab::course::exit_code_of("ch04-completion-queues", run(&args))
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
-/// `ch04-completion-queues: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch04-completion-queues: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
 type Res<T> = lab::course::Outcome<T>;
 
 /// The send queue's size, and so the largest window.

@@ -61,8 +61,9 @@ fn main() -> ExitCode {
     lab::course::exit_code_of("ch05-qp-state-machine", run())
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message main prints after
-/// `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and, for classic mistakes, a hint).
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
 type Res<T> = lab::course::Outcome<T>;
 
 /// First PSNs of A and B (any 24-bit values), and the new ones after the reset in step 10.

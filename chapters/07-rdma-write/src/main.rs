@@ -5,8 +5,9 @@
 //! The server program takes no part: no receive is consumed, **no completion appears on the
 //! server's CQ**, and the server only learns that something happened because the client says
 //! so over TCP. (On rxe the server's *kernel* does the work, in software: it receives the
-//! packets, checks the rkey and copies the bytes; on a hardware NIC the adapter does it.) The chapter shows it: the server polls its CQ after the client's "written"
-//! and finds 0 completions, yet the bytes are in its memory.
+//! packets, checks the rkey and copies the bytes; on a hardware NIC the adapter does it.)
+//! The chapter shows it: the server polls its CQ after the client's "written" and finds 0
+//! completions, yet the bytes are in its memory.
 //!
 //! Then `IBV_WR_RDMA_WRITE_WITH_IMM`: the same one-sided write, plus a 32-bit immediate value
 //! that *does* consume a receive the server posted and gives it a completion,
