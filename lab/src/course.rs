@@ -17,13 +17,17 @@
 //! - **Client fan-out**: [`client_role`] (built on [`spawn_copies`] and [`report_copies`])
 //!   starts one copy of the program per client, prints what each one said, in order, then
 //!   runs this process's own part.
+//! - **One RC connection over the lab's exchange**: [`accept_peer`] (server) and
+//!   [`connect_peer`] (client), once chapter 07 has shown the steps.
 //! - [`done`]: the last line of a role.
 
 use std::fmt::{self, Display};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::exchange::{Endpoint, Listener, OobStream};
 use crate::process::Running;
+use crate::qp::state;
 use crate::{
     CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QueuePair,
     RtrAttr, RtsAttr, qp::QpTypeState,
@@ -184,6 +188,62 @@ pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> crate
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// One RC queue pair connected to a peer through the lab's TCP exchange: the QP in RTS, the
+/// stream it was set up over (for the chapter's text lines), and what the peer sent.
+#[derive(Debug)]
+pub struct Peer {
+    pub qp: QueuePair,
+    pub oob: OobStream,
+    pub theirs: Endpoint,
+}
+
+/// The server side of a connection (chapters 07, 09, 10 do it by hand first): accept one
+/// client on `listener`, read its endpoint, bring `qp` up toward it with our `psn`, and only
+/// then send ours, `me(our qpn)`, so our QP is in RTS before the client learns its number.
+/// Each wait ends after `timeout`; a failure to accept says "waiting for `what`".
+pub fn accept_peer(
+    listener: &Listener,
+    qp: QueuePair<state::Reset>,
+    psn: u32,
+    me: impl FnOnce(u32) -> Endpoint,
+    what: &str,
+    timeout: Duration,
+) -> Outcome<Peer> {
+    let mut oob = listener
+        .accept(timeout)
+        .or_fail_with(|| format!("waiting for {what}"))?;
+    let theirs = oob.recv_msg(timeout)?;
+    let qp = qp.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
+        &RtsAttr::new(psn),
+    )?;
+    oob.send_msg(&me(qp.qp_num()), timeout)?;
+    Ok(Peer { qp, oob, theirs })
+}
+
+/// The client side: send `mine` (its `qpn` set to `qp`'s) to the server at `host:port`,
+/// receive the server's endpoint, and bring `qp` up toward it with `mine.psn`. A failed
+/// exchange says "exchanging endpoints with `what` at `host`".
+pub fn connect_peer(
+    host: &str,
+    port: u16,
+    qp: QueuePair<state::Reset>,
+    mut mine: Endpoint,
+    what: &str,
+    timeout: Duration,
+) -> Outcome<Peer> {
+    mine.qpn = qp.qp_num();
+    let (oob, theirs) = OobStream::connect_exchange(host, port, &mine, timeout)
+        .or_fail_with(|| format!("exchanging endpoints with {what} at {host}"))?;
+    let qp = qp.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
+        &RtsAttr::new(mine.psn),
+    )?;
+    Ok(Peer { qp, oob, theirs })
 }
 
 /// Starts `count` copies of this program, each with this process's arguments plus

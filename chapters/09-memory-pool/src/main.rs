@@ -58,8 +58,8 @@ use lab::course::{OrFail, Outcome as Result, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
-    AccessFlags, AsyncPool, Context, Error, Gid, InitAttr, MemoryRegion, PoolOp, QpInitAttr,
-    QpState, QueuePair, RemotePool, RemoteRegion, RtrAttr, RtsAttr, WcStatus, join_all,
+    AccessFlags, AsyncPool, Context, Error, MemoryRegion, PoolOp, QpInitAttr, QpState, QueuePair,
+    RemotePool, RemoteRegion, WcStatus, join_all,
 };
 
 /// Our first packet sequence number (any 24-bit value; both sides just have to agree).
@@ -320,20 +320,12 @@ fn server(args: &Args) -> Result<bool> {
     // Accept one connection: receive the client's endpoint, bring a QP up toward it, send
     // ours with the block table. Our QP is in RTS before the client learns its number.
     let accept = |what: &str| -> Result<Conn> {
-        let mut oob = listener
-            .accept(CONNECT)
-            .or_fail_with(|| format!("waiting for {what}"))?;
-        let theirs = oob.recv_msg(CONNECT)?;
-        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?.bring_up(
-            &InitAttr::default(),
-            &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
-            &RtsAttr::new(PSN),
-        )?;
-        oob.send_msg(&me(qp.qp_num()), CONNECT)?;
+        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+        let p = lab::course::accept_peer(&listener, qp, PSN, me, what, CONNECT)?;
         Ok(Conn {
-            name: theirs.name,
-            qp,
-            oob,
+            name: p.theirs.name,
+            qp: p.qp,
+            oob: p.oob,
         })
     };
 
@@ -491,23 +483,16 @@ fn connect(
     let qp = pd.create_qp(&QpInitAttr::rc(cq, cq).max_send_wr(64))?;
     let mine = Endpoint {
         name: name.into(),
-        qpn: qp.qp_num(),
         psn: PSN,
         gid: gid.gid.raw(),
         ..Default::default()
     };
-    let (oob, pool) = OobStream::connect_exchange(host, args.port, &mine, CONNECT)
-        .or_fail_with(|| format!("exchanging endpoints with the pool server at {host}"))?;
-    let qp = qp.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(pool.qpn, pool.psn, Gid(pool.gid)),
-        &RtsAttr::new(PSN),
-    )?;
+    let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
     Ok(Connected {
-        qp,
-        oob,
-        table: pool.regions,
-        server_qpn: pool.qpn,
+        qp: p.qp,
+        oob: p.oob,
+        server_qpn: p.theirs.qpn,
+        table: p.theirs.regions,
     })
 }
 

@@ -48,10 +48,7 @@ use clap::Parser;
 use lab::course::{Failure, OrFail, Outcome as Result, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
-use lab::{
-    AccessFlags, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion,
-    RtrAttr, RtsAttr,
-};
+use lab::{AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion};
 
 const PSN: u32 = 0x000200;
 const CONNECT: Duration = Duration::from_secs(60);
@@ -207,29 +204,21 @@ fn server(args: &Args) -> Result<bool> {
         args.port
     );
     let cq = ctx.create_cq(64, None)?;
+    let me = |qpn: u32| Endpoint {
+        name: "pool".into(),
+        qpn,
+        psn: PSN,
+        gid: gid.gid.raw(),
+        regions: table.clone(),
+        ..Default::default()
+    };
     let accept = |what: &str| -> Result<Conn> {
-        let mut oob = listener
-            .accept(CONNECT)
-            .or_fail_with(|| format!("waiting for {what}"))?;
-        let theirs = oob.recv_msg(CONNECT)?;
-        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?.bring_up(
-            &InitAttr::default(),
-            &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
-            &RtsAttr::new(PSN),
-        )?;
-        let me = Endpoint {
-            name: "pool".into(),
-            qpn: qp.qp_num(),
-            psn: PSN,
-            gid: gid.gid.raw(),
-            regions: table.clone(),
-            ..Default::default()
-        };
-        oob.send_msg(&me, CONNECT)?;
+        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+        let p = lab::course::accept_peer(&listener, qp, PSN, me, what, CONNECT)?;
         Ok(Conn {
-            name: theirs.name,
-            qp,
-            oob,
+            name: p.theirs.name,
+            qp: p.qp,
+            oob: p.oob,
         })
     };
     let mut conns: Vec<Conn> = (0..k)
@@ -385,13 +374,12 @@ fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
     let mine = Endpoint {
         name: name.into(),
-        qpn: qp.qp_num(),
         psn: PSN,
         gid: gid.gid.raw(),
         ..Default::default()
     };
-    let (oob, srv) = OobStream::connect_exchange(host, args.port, &mine, CONNECT)
-        .or_fail_with(|| format!("exchanging endpoints with the pool server at {host}"))?;
+    let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+    let (qp, oob, srv) = (p.qp, p.oob, p.theirs);
     expect(
         srv.regions.len() == 4 && srv.regions.iter().all(|b| b.len == BLOCK as u64),
         || {
@@ -400,11 +388,6 @@ fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream
                 srv.regions.len()
             )
         },
-    )?;
-    let qp = qp.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(srv.qpn, srv.psn, Gid(srv.gid)),
-        &RtsAttr::new(PSN),
     )?;
     // The staging region is where READ data and atomics' old values land.
     let staging = pd.reg_mr(BLOCK, AccessFlags::LOCAL_WRITE)?;
