@@ -199,15 +199,14 @@ pub struct Peer {
     pub theirs: Endpoint,
 }
 
-/// The server side of a connection (chapters 07, 09, 10 do it by hand first): accept one
-/// client on `listener`, read its endpoint, bring `qp` up toward it with our `psn`, and only
-/// then send ours, `me(our qpn)`, so our QP is in RTS before the client learns its number.
+/// The server side of a connection (chapter 07 does it by hand): accept one client on
+/// `listener`, read its endpoint, bring `qp` up toward it with `mine.psn`, and only then send
+/// `mine` (its `qpn` set to `qp`'s), so our QP is in RTS before the client learns its number.
 /// Each wait ends after `timeout`; a failure to accept says "waiting for `what`".
 pub fn accept_peer(
     listener: &Listener,
     qp: QueuePair<state::Reset>,
-    psn: u32,
-    me: impl FnOnce(u32) -> Endpoint,
+    mine: &Endpoint,
     what: &str,
     timeout: Duration,
 ) -> Outcome<Peer> {
@@ -218,9 +217,13 @@ pub fn accept_peer(
     let qp = qp.bring_up(
         &InitAttr::default(),
         &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
-        &RtsAttr::new(psn),
+        &RtsAttr::new(mine.psn),
     )?;
-    oob.send_msg(&me(qp.qp_num()), timeout)?;
+    let mine = Endpoint {
+        qpn: qp.qp_num(),
+        ..mine.clone()
+    };
+    oob.send_msg(&mine, timeout)?;
     Ok(Peer { qp, oob, theirs })
 }
 

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 // Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
-use lab::course::{OrFail, Outcome as Result, expect};
+use lab::course::{OrFail, Outcome as Result, Peer, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
@@ -226,13 +226,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // Server (node a)
 
-/// One client connection as the server sees it.
-struct Conn {
-    name: String,
-    qp: QueuePair,
-    oob: OobStream,
-}
-
 fn server(args: &Args) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as usize);
     let bench = args.bench.is_some();
@@ -308,9 +301,9 @@ fn server(args: &Args) -> Result<bool> {
     );
     // One CQ for every connection's QP: it will stay empty (nobody posts anything here).
     let cq = ctx.create_cq(64, None)?;
-    let me = |qpn: u32| Endpoint {
+    // What every client receives: our QP (its number is filled in per connection), the table.
+    let me = Endpoint {
         name: "pool".into(),
-        qpn,
         psn: PSN,
         gid: gid.gid.raw(),
         regions: table.clone(),
@@ -319,24 +312,23 @@ fn server(args: &Args) -> Result<bool> {
 
     // Accept one connection: receive the client's endpoint, bring a QP up toward it, send
     // ours with the block table. Our QP is in RTS before the client learns its number.
-    let accept = |what: &str| -> Result<Conn> {
+    let accept = |what: &str| -> Result<Peer> {
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-        let p = lab::course::accept_peer(&listener, qp, PSN, me, what, CONNECT)?;
-        Ok(Conn {
-            name: p.theirs.name,
-            qp: p.qp,
-            oob: p.oob,
-        })
+        lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
     };
 
     println!("step 5: accept the clients, in whatever order they come");
-    let mut conns: Vec<Conn> = (0..workers)
+    let mut conns: Vec<Peer> = (0..workers)
         .map(|i| accept(&format!("client {} of {workers}", i + 1)))
         .collect::<Result<_>>()?;
     // They connect in a racy order: print them sorted, so the output is the same every run.
-    conns.sort_by(|a, b| a.name.cmp(&b.name));
+    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
     for c in &conns {
-        println!("  {} connected: our {}", c.name, show::qpn(c.qp.qp_num()));
+        println!(
+            "  {} connected: our {}",
+            c.theirs.name,
+            show::qpn(c.qp.qp_num())
+        );
     }
 
     println!("step 6: tell every client \"go\", then wait for each one's \"done\"");
@@ -352,8 +344,8 @@ fn server(args: &Args) -> Result<bool> {
         let line = c
             .oob
             .recv_line(WORK)
-            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.name))?;
-        reported.push((c.name.clone(), line));
+            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.theirs.name))?;
+        reported.push((c.theirs.name.clone(), line));
     }
     let cpu = lab::cpu_time()?.since(&cpu0);
     let mut wcs = [lab::WorkCompletion::default(); 16];
@@ -381,12 +373,12 @@ fn server(args: &Args) -> Result<bool> {
     let mut probe = accept("the misbehaving client")?;
     println!(
         "  {} connected: our {}",
-        probe.name,
+        probe.theirs.name,
         show::qpn(probe.qp.qp_num())
     );
     probe.oob.send_line("go", OP)?;
     let line = probe.oob.recv_line(WORK)?;
-    println!("  {} reported: {line}", probe.name);
+    println!("  {} reported: {line}", probe.theirs.name);
 
     println!("step 8: check every block (the server reads its own memory, sorted by block)");
     let mut good = 0;
@@ -412,8 +404,8 @@ fn server(args: &Args) -> Result<bool> {
     conns.push(probe);
     for c in &conns {
         let st = c.qp.state()?;
-        println!("  {}: {st}", c.name);
-        let expect = if c.name == "misbehaving" {
+        println!("  {}: {st}", c.theirs.name);
+        let expect = if c.theirs.name == "misbehaving" {
             QpState::Err
         } else {
             QpState::Rts

@@ -45,10 +45,10 @@ use std::time::{Duration, Instant};
 // Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
+use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
-use lab::{AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion};
+use lab::{AccessFlags, Error, QpInitAttr, QpState, RemotePool, RemoteRegion};
 
 const PSN: u32 = 0x000200;
 const CONNECT: Duration = Duration::from_secs(60);
@@ -139,12 +139,6 @@ fn set_u64_at(bytes: &mut [u8], i: usize, v: u64) {
 // ---------------------------------------------------------------------------------------------
 // Server (node a)
 
-struct Conn {
-    name: String,
-    qp: QueuePair,
-    oob: OobStream,
-}
-
 fn server(args: &Args) -> Result<bool> {
     let (k, m) = (args.clients as usize, args.iters as u64);
 
@@ -204,29 +198,28 @@ fn server(args: &Args) -> Result<bool> {
         args.port
     );
     let cq = ctx.create_cq(64, None)?;
-    let me = |qpn: u32| Endpoint {
+    // What every client receives: our QP (its number is filled in per connection), the table.
+    let me = Endpoint {
         name: "pool".into(),
-        qpn,
         psn: PSN,
         gid: gid.gid.raw(),
         regions: table.clone(),
         ..Default::default()
     };
-    let accept = |what: &str| -> Result<Conn> {
+    let accept = |what: &str| -> Result<Peer> {
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-        let p = lab::course::accept_peer(&listener, qp, PSN, me, what, CONNECT)?;
-        Ok(Conn {
-            name: p.theirs.name,
-            qp: p.qp,
-            oob: p.oob,
-        })
+        lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
     };
-    let mut conns: Vec<Conn> = (0..k)
+    let mut conns: Vec<Peer> = (0..k)
         .map(|i| accept(&format!("client {} of {k}", i + 1)))
         .collect::<Result<_>>()?;
-    conns.sort_by(|a, b| a.name.cmp(&b.name));
+    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
     for c in &conns {
-        println!("  {} connected: our {}", c.name, show::qpn(c.qp.qp_num()));
+        println!(
+            "  {} connected: our {}",
+            c.theirs.name,
+            show::qpn(c.qp.qp_num())
+        );
     }
 
     println!("step 4: run the three phases; each starts when every client is ready for it");
@@ -237,21 +230,23 @@ fn server(args: &Args) -> Result<bool> {
     for phase in ["counter", "lock", "race"] {
         for c in &mut conns {
             loop {
-                let line = c
-                    .oob
-                    .recv_line(WORK)
-                    .or_fail_with(|| format!("waiting for {} to be ready for {phase}", c.name))?;
+                let line = c.oob.recv_line(WORK).or_fail_with(|| {
+                    format!("waiting for {} to be ready for {phase}", c.theirs.name)
+                })?;
                 if let Some(list) = line.strip_prefix("olds ") {
                     for v in list.split(',').filter(|s| !s.is_empty()) {
                         olds.push(
                             v.parse()
-                                .or_fail_with(|| format!("{} sent {v:?}", c.name))?,
+                                .or_fail_with(|| format!("{} sent {v:?}", c.theirs.name))?,
                         );
                     }
                     continue;
                 }
                 expect(line == format!("ready {phase}"), || {
-                    format!("{} sent {line:?}, expected \"ready {phase}\"", c.name)
+                    format!(
+                        "{} sent {line:?}, expected \"ready {phase}\"",
+                        c.theirs.name
+                    )
                 })?;
                 break;
             }
@@ -264,7 +259,7 @@ fn server(args: &Args) -> Result<bool> {
     for c in &mut conns {
         c.oob
             .expect_line("done", WORK)
-            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.name))?;
+            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.theirs.name))?;
     }
     println!("  all {k} clients done");
 
@@ -272,7 +267,7 @@ fn server(args: &Args) -> Result<bool> {
     let mut probe = accept("the misaligned client")?;
     println!(
         "  {} connected: our {}",
-        probe.name,
+        probe.theirs.name,
         show::qpn(probe.qp.qp_num())
     );
     probe.oob.send_line("go", OP)?;
