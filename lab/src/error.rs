@@ -22,8 +22,11 @@ use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use crate::cq::WorkCompletion;
-use crate::qp::{QpAttrMask, QpState};
+// Only leaf modules: the work completion, the QP state machine and the access flags depend on
+// nothing that depends on this module (wc's `WorkCompletion::ok` names `Error`, nothing more).
+use crate::cq::wc::WorkCompletion;
+use crate::mr::access::AccessFlags;
+use crate::qp::state_machine::{QpAttrMask, QpState};
 
 /// `Result` with [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -147,7 +150,7 @@ pub enum Error {
     #[error("ibv_reg_mr(len {len}, access {access}) failed: {errno}{hint}")]
     RegMr {
         len: usize,
-        access: crate::mr::AccessFlags,
+        access: AccessFlags,
         errno: Errno,
         hint: Hint,
     },

@@ -16,7 +16,6 @@
 //! The work completion (`struct ibv_wc`, its status and opcode tables) is in `wc.rs`.
 
 use std::borrow::Cow;
-use std::ffi::CStr;
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
@@ -28,9 +27,8 @@ use rdma_sys::*;
 
 use crate::device::{Context, poll_readable, set_nonblocking};
 use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
-use crate::flags::flag_set;
 
-mod wc;
+pub(crate) mod wc;
 
 pub use wc::*;
 

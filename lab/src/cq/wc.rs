@@ -2,7 +2,13 @@
 //! [`WorkCompletion`]), with the tables that name and explain its status ([`WcStatus`]) and
 //! opcode ([`WcOpcode`]), and its flags ([`WcFlags`]).
 
-use super::*;
+use std::ffi::CStr;
+use std::fmt;
+
+use rdma_sys::*;
+
+use crate::error::{Error, Result};
+use crate::flags::flag_set;
 
 flag_set! {
     /// `enum ibv_wc_flags`: what else a completion carries.

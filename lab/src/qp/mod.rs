@@ -36,7 +36,6 @@ use rdma_sys::*;
 use crate::cq::{CompletionQueue, CqInner};
 use crate::device::{Context, Gid, GidType, Mtu};
 use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
-use crate::flags::flag_set;
 use crate::mr::AccessFlags;
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::srq::{SharedReceiveQueue, SrqInner};
@@ -61,7 +60,7 @@ pub const DEFAULT_HOP_LIMIT: u8 = 64;
 mod attr;
 mod hints;
 mod rc;
-mod state_machine;
+pub(crate) mod state_machine;
 mod ud;
 
 pub use attr::*;

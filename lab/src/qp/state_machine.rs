@@ -3,7 +3,11 @@
 //! (IBTA spec 11.2.5, `ibv_modify_qp(3)`), and the check that explains an EINVAL. Pure: no
 //! verb is called here, so the property tests run on any host.
 
-use super::*;
+use std::fmt;
+
+use rdma_sys::*;
+
+use crate::flags::flag_set;
 
 /// `enum ibv_qp_state` at run time (what `ibv_query_qp` reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
