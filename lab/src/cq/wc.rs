@@ -8,7 +8,7 @@ use std::fmt;
 use rdma_sys::*;
 
 use crate::error::{Error, Result};
-use crate::flags::flag_set;
+use crate::flags::{c_enum, flag_set};
 
 flag_set! {
     /// `enum ibv_wc_flags`: what else a completion carries.
@@ -84,110 +84,78 @@ impl WorkCompletion {
     }
 }
 
-macro_rules! wc_status {
-    ($( $var:ident = $val:literal, $name:literal, $why:literal; )*) => {
-        /// `enum ibv_wc_status`: every status a completion can carry, with its C name and
-        /// number, `ibv_wc_status_str(3)`'s text, and what usually causes it (observed on
-        /// Linux 6.1's rxe where noted: see docs/rxe-observed.md).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub enum WcStatus {
-            #[default]
-            $( $var, )*
-            /// A value this table does not know.
-            Unknown(u32),
-        }
-
-        impl WcStatus {
-            /// Every known status, in numeric order.
-            pub const ALL: &'static [WcStatus] = &[$( WcStatus::$var, )*];
-
-            /// From the C value.
-            pub fn from_raw(v: u32) -> WcStatus {
-                match v { $( $val => WcStatus::$var, )* v => WcStatus::Unknown(v) }
-            }
-            /// The C value.
-            pub fn raw(self) -> u32 {
-                match self { $( WcStatus::$var => $val, )* WcStatus::Unknown(v) => v }
-            }
-            /// The C name (`IBV_WC_REM_ACCESS_ERR`).
-            pub fn name(self) -> &'static str {
-                match self { $( WcStatus::$var => $name, )* WcStatus::Unknown(_) => "IBV_WC_?" }
-            }
-            /// One line for a learner: what usually causes this status.
-            pub fn explanation(self) -> &'static str {
-                match self {
-                    $( WcStatus::$var => $why, )*
-                    WcStatus::Unknown(_) => "a status this version of lab does not know",
-                }
-            }
-        }
-    };
-}
-
-wc_status! {
-    Success = 0, "IBV_WC_SUCCESS",
-        "the work request completed";
-    LocLenErr = 1, "IBV_WC_LOC_LEN_ERR",
-        "a local length error: the message does not fit the local buffers (hardware reports an \
-         incoming SEND larger than the posted RECV this way; rxe reports LOC_QP_OP_ERR instead)";
-    LocQpOpErr = 2, "IBV_WC_LOC_QP_OP_ERR",
-        "a local QP operation error: on rxe, an SGE with an invalid lkey (lkey 0, an unregistered \
-         buffer, or an MR of another PD), or a RECV too small for the incoming SEND; the QP goes \
-         to ERR";
-    LocEecOpErr = 3, "IBV_WC_LOC_EEC_OP_ERR",
-        "a local EE context error (reliable datagram only; not used on RC/UD)";
-    LocProtErr = 4, "IBV_WC_LOC_PROT_ERR",
-        "a local protection error: a valid lkey but an address/length outside its MR, or an MR \
-         without LOCAL_WRITE as the target of a RECV/READ";
-    WrFlushErr = 5, "IBV_WC_WR_FLUSH_ERR",
-        "flushed: the QP was in (or went to) the ERR state, so this work request was not \
-         executed; look at the first error completion before it, or at who moved the QP to ERR";
-    MwBindErr = 6, "IBV_WC_MW_BIND_ERR",
-        "a memory window bind failed (wrong access rights, or the MR lacks MW_BIND)";
-    BadRespErr = 7, "IBV_WC_BAD_RESP_ERR",
-        "the responder sent an unexpected transport response";
-    LocAccessErr = 8, "IBV_WC_LOC_ACCESS_ERR",
-        "a local access error: the local MR does not allow the access (e.g. READ or atomic \
-         results into memory without LOCAL_WRITE)";
-    RemInvReqErr = 9, "IBV_WC_REM_INV_REQ_ERR",
-        "the responder rejected the request as invalid: on rxe, a READ/atomic to a QP whose \
-         max_dest_rd_atomic is 0, or a QP whose access flags lack the REMOTE_* right \
-         (an MR lacking it gives REM_ACCESS_ERR instead)";
-    RemAccessErr = 10, "IBV_WC_REM_ACCESS_ERR",
-        "a remote access error: wrong rkey (typo, stale after deregistration, another PD), an \
-         address range outside the remote MR, or an MR registered without REMOTE_WRITE/READ/\
-         ATOMIC; both QPs go to ERR";
-    RemOpErr = 11, "IBV_WC_REM_OP_ERR",
-        "the responder could not complete the operation: on rxe, its RECV was too small or had \
-         a bad lkey";
-    RetryExcErr = 12, "IBV_WC_RETRY_EXC_ERR",
-        "transport retries exhausted: the peer never acknowledged (QP destroyed, process gone, \
-         QP in ERR/RESET, wrong GID/QPN, network down) after retry_cnt retries of `timeout` each; \
-         on rxe retry_cnt 7 means retry forever, and a long RNR wait (peer without a RECV, \
-         rnr_retry 7) also uses up retry_cnt";
-    RnrRetryExcErr = 13, "IBV_WC_RNR_RETRY_EXC_ERR",
-        "receiver not ready too often: the peer had no RECV posted for a SEND/WRITE_WITH_IMM \
-         after rnr_retry retries; post receives before the peer sends (rnr_retry 7 = forever)";
-    LocRddViolErr = 14, "IBV_WC_LOC_RDD_VIOL_ERR",
-        "a reliable datagram domain violation (RD only)";
-    RemInvRdReqErr = 15, "IBV_WC_REM_INV_RD_REQ_ERR",
-        "an invalid reliable datagram request (RD only)";
-    RemAbortErr = 16, "IBV_WC_REM_ABORT_ERR",
-        "the responder aborted the operation";
-    InvEecnErr = 17, "IBV_WC_INV_EECN_ERR",
-        "an invalid EE context number (RD only)";
-    InvEecStateErr = 18, "IBV_WC_INV_EEC_STATE_ERR",
-        "an invalid EE context state (RD only)";
-    FatalErr = 19, "IBV_WC_FATAL_ERR",
-        "a fatal device error";
-    RespTimeoutErr = 20, "IBV_WC_RESP_TIMEOUT_ERR",
-        "the response timed out";
-    GeneralErr = 21, "IBV_WC_GENERAL_ERR",
-        "a general error the device could not classify";
-    TmErr = 22, "IBV_WC_TM_ERR",
-        "a tag-matching error (tag-matching SRQs only)";
-    TmRndvIncomplete = 23, "IBV_WC_TM_RNDV_INCOMPLETE",
-        "a tag-matching rendezvous was not completed (tag-matching SRQs only)";
+c_enum! {
+    /// `enum ibv_wc_status`: every status a completion can carry, with its C name and
+    /// number, `ibv_wc_status_str(3)`'s text, and what usually causes it (observed on
+    /// Linux 6.1's rxe where noted: see docs/rxe-observed.md).
+    #[derive(Default)]
+    pub enum WcStatus: u32, unknown "IBV_WC_?",
+        explained "a status this version of lab does not know" {
+        #[default]
+        Success = 0 => "IBV_WC_SUCCESS",
+            "the work request completed";
+        LocLenErr = 1 => "IBV_WC_LOC_LEN_ERR",
+            "a local length error: the message does not fit the local buffers (hardware reports an \
+             incoming SEND larger than the posted RECV this way; rxe reports LOC_QP_OP_ERR instead)";
+        LocQpOpErr = 2 => "IBV_WC_LOC_QP_OP_ERR",
+            "a local QP operation error: on rxe, an SGE with an invalid lkey (lkey 0, an unregistered \
+             buffer, or an MR of another PD), or a RECV too small for the incoming SEND; the QP goes \
+             to ERR";
+        LocEecOpErr = 3 => "IBV_WC_LOC_EEC_OP_ERR",
+            "a local EE context error (reliable datagram only; not used on RC/UD)";
+        LocProtErr = 4 => "IBV_WC_LOC_PROT_ERR",
+            "a local protection error: a valid lkey but an address/length outside its MR, or an MR \
+             without LOCAL_WRITE as the target of a RECV/READ";
+        WrFlushErr = 5 => "IBV_WC_WR_FLUSH_ERR",
+            "flushed: the QP was in (or went to) the ERR state, so this work request was not \
+             executed; look at the first error completion before it, or at who moved the QP to ERR";
+        MwBindErr = 6 => "IBV_WC_MW_BIND_ERR",
+            "a memory window bind failed (wrong access rights, or the MR lacks MW_BIND)";
+        BadRespErr = 7 => "IBV_WC_BAD_RESP_ERR",
+            "the responder sent an unexpected transport response";
+        LocAccessErr = 8 => "IBV_WC_LOC_ACCESS_ERR",
+            "a local access error: the local MR does not allow the access (e.g. READ or atomic \
+             results into memory without LOCAL_WRITE)";
+        RemInvReqErr = 9 => "IBV_WC_REM_INV_REQ_ERR",
+            "the responder rejected the request as invalid: on rxe, a READ/atomic to a QP whose \
+             max_dest_rd_atomic is 0, or a QP whose access flags lack the REMOTE_* right \
+             (an MR lacking it gives REM_ACCESS_ERR instead)";
+        RemAccessErr = 10 => "IBV_WC_REM_ACCESS_ERR",
+            "a remote access error: wrong rkey (typo, stale after deregistration, another PD), an \
+             address range outside the remote MR, or an MR registered without REMOTE_WRITE/READ/\
+             ATOMIC; both QPs go to ERR";
+        RemOpErr = 11 => "IBV_WC_REM_OP_ERR",
+            "the responder could not complete the operation: on rxe, its RECV was too small or had \
+             a bad lkey";
+        RetryExcErr = 12 => "IBV_WC_RETRY_EXC_ERR",
+            "transport retries exhausted: the peer never acknowledged (QP destroyed, process gone, \
+             QP in ERR/RESET, wrong GID/QPN, network down) after retry_cnt retries of `timeout` each; \
+             on rxe retry_cnt 7 means retry forever, and a long RNR wait (peer without a RECV, \
+             rnr_retry 7) also uses up retry_cnt";
+        RnrRetryExcErr = 13 => "IBV_WC_RNR_RETRY_EXC_ERR",
+            "receiver not ready too often: the peer had no RECV posted for a SEND/WRITE_WITH_IMM \
+             after rnr_retry retries; post receives before the peer sends (rnr_retry 7 = forever)";
+        LocRddViolErr = 14 => "IBV_WC_LOC_RDD_VIOL_ERR",
+            "a reliable datagram domain violation (RD only)";
+        RemInvRdReqErr = 15 => "IBV_WC_REM_INV_RD_REQ_ERR",
+            "an invalid reliable datagram request (RD only)";
+        RemAbortErr = 16 => "IBV_WC_REM_ABORT_ERR",
+            "the responder aborted the operation";
+        InvEecnErr = 17 => "IBV_WC_INV_EECN_ERR",
+            "an invalid EE context number (RD only)";
+        InvEecStateErr = 18 => "IBV_WC_INV_EEC_STATE_ERR",
+            "an invalid EE context state (RD only)";
+        FatalErr = 19 => "IBV_WC_FATAL_ERR",
+            "a fatal device error";
+        RespTimeoutErr = 20 => "IBV_WC_RESP_TIMEOUT_ERR",
+            "the response timed out";
+        GeneralErr = 21 => "IBV_WC_GENERAL_ERR",
+            "a general error the device could not classify";
+        TmErr = 22 => "IBV_WC_TM_ERR",
+            "a tag-matching error (tag-matching SRQs only)";
+        TmRndvIncomplete = 23 => "IBV_WC_TM_RNDV_INCOMPLETE",
+            "a tag-matching rendezvous was not completed (tag-matching SRQs only)";
+    }
 }
 
 impl WcStatus {
@@ -207,49 +175,28 @@ impl fmt::Display for WcStatus {
     }
 }
 
-macro_rules! wc_opcode {
-    ($( $var:ident = $val:literal, $name:literal; )*) => {
-        /// `enum ibv_wc_opcode`: what a completion completes.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub enum WcOpcode {
-            #[default]
-            $( $var, )*
-            Unknown(u32),
-        }
-        impl WcOpcode {
-            /// From the C value.
-            pub fn from_raw(v: u32) -> WcOpcode {
-                match v { $( $val => WcOpcode::$var, )* v => WcOpcode::Unknown(v) }
-            }
-            /// The C value.
-            pub fn raw(self) -> u32 {
-                match self { $( WcOpcode::$var => $val, )* WcOpcode::Unknown(v) => v }
-            }
-            /// The C name (`IBV_WC_RECV_RDMA_WITH_IMM`).
-            pub fn name(self) -> &'static str {
-                match self { $( WcOpcode::$var => $name, )* WcOpcode::Unknown(_) => "IBV_WC_?" }
-            }
-        }
-    };
-}
-
-wc_opcode! {
-    Send = 0, "IBV_WC_SEND";
-    RdmaWrite = 1, "IBV_WC_RDMA_WRITE";
-    RdmaRead = 2, "IBV_WC_RDMA_READ";
-    CompSwap = 3, "IBV_WC_COMP_SWAP";
-    FetchAdd = 4, "IBV_WC_FETCH_ADD";
-    BindMw = 5, "IBV_WC_BIND_MW";
-    LocalInv = 6, "IBV_WC_LOCAL_INV";
-    Tso = 7, "IBV_WC_TSO";
-    AtomicWrite = 9, "IBV_WC_ATOMIC_WRITE";
-    Recv = 128, "IBV_WC_RECV";
-    RecvRdmaWithImm = 129, "IBV_WC_RECV_RDMA_WITH_IMM";
-    TmAdd = 130, "IBV_WC_TM_ADD";
-    TmDel = 131, "IBV_WC_TM_DEL";
-    TmSync = 132, "IBV_WC_TM_SYNC";
-    TmRecv = 133, "IBV_WC_TM_RECV";
-    TmNoTag = 134, "IBV_WC_TM_NO_TAG";
+c_enum! {
+    /// `enum ibv_wc_opcode`: what a completion completes.
+    #[derive(Default)]
+    pub enum WcOpcode: u32, unknown "IBV_WC_?" {
+        #[default]
+        Send = 0 => "IBV_WC_SEND",
+        RdmaWrite = 1 => "IBV_WC_RDMA_WRITE",
+        RdmaRead = 2 => "IBV_WC_RDMA_READ",
+        CompSwap = 3 => "IBV_WC_COMP_SWAP",
+        FetchAdd = 4 => "IBV_WC_FETCH_ADD",
+        BindMw = 5 => "IBV_WC_BIND_MW",
+        LocalInv = 6 => "IBV_WC_LOCAL_INV",
+        Tso = 7 => "IBV_WC_TSO",
+        AtomicWrite = 9 => "IBV_WC_ATOMIC_WRITE",
+        Recv = 128 => "IBV_WC_RECV",
+        RecvRdmaWithImm = 129 => "IBV_WC_RECV_RDMA_WITH_IMM",
+        TmAdd = 130 => "IBV_WC_TM_ADD",
+        TmDel = 131 => "IBV_WC_TM_DEL",
+        TmSync = 132 => "IBV_WC_TM_SYNC",
+        TmRecv = 133 => "IBV_WC_TM_RECV",
+        TmNoTag = 134 => "IBV_WC_TM_NO_TAG",
+    }
 }
 
 impl WcOpcode {

@@ -2,6 +2,7 @@
 //! capabilities, the port's state, link layer and MTUs.
 
 use super::*;
+use crate::flags::c_enum;
 
 /// The capabilities that matter, from `struct ibv_device_attr` (`ibv_query_device(3)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,35 +42,15 @@ pub struct DeviceAttr {
     pub phys_port_cnt: u8,
 }
 
-/// `enum ibv_atomic_cap`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtomicCap {
-    /// `IBV_ATOMIC_NONE`: no atomics.
-    None,
-    /// `IBV_ATOMIC_HCA`: atomic with respect to this device only (rxe).
-    Hca,
-    /// `IBV_ATOMIC_GLOB`: atomic with respect to the CPU too.
-    Glob,
-    Unknown(u32),
-}
-
-impl AtomicCap {
-    pub(super) fn from_raw(v: u32) -> Self {
-        match v {
-            ibv_atomic_cap::IBV_ATOMIC_NONE => AtomicCap::None,
-            ibv_atomic_cap::IBV_ATOMIC_HCA => AtomicCap::Hca,
-            ibv_atomic_cap::IBV_ATOMIC_GLOB => AtomicCap::Glob,
-            v => AtomicCap::Unknown(v),
-        }
-    }
-    /// The C name.
-    pub fn name(self) -> &'static str {
-        match self {
-            AtomicCap::None => "IBV_ATOMIC_NONE",
-            AtomicCap::Hca => "IBV_ATOMIC_HCA",
-            AtomicCap::Glob => "IBV_ATOMIC_GLOB",
-            AtomicCap::Unknown(_) => "IBV_ATOMIC_?",
-        }
+c_enum! {
+    /// `enum ibv_atomic_cap`.
+    pub enum AtomicCap: u32, unknown "IBV_ATOMIC_?" {
+        /// `IBV_ATOMIC_NONE`: no atomics.
+        None = ibv_atomic_cap::IBV_ATOMIC_NONE => "IBV_ATOMIC_NONE",
+        /// `IBV_ATOMIC_HCA`: atomic with respect to this device only (rxe).
+        Hca = ibv_atomic_cap::IBV_ATOMIC_HCA => "IBV_ATOMIC_HCA",
+        /// `IBV_ATOMIC_GLOB`: atomic with respect to the CPU too.
+        Glob = ibv_atomic_cap::IBV_ATOMIC_GLOB => "IBV_ATOMIC_GLOB",
     }
 }
 
@@ -92,54 +73,22 @@ pub struct PortAttr {
     pub phys_state: u8,
 }
 
-/// `enum ibv_port_state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortState {
-    Nop,
-    Down,
-    Init,
-    Armed,
-    Active,
-    ActiveDefer,
-    Unknown(u32),
+c_enum! {
+    /// `enum ibv_port_state`.
+    pub enum PortState: u32, unknown "IBV_PORT_?" {
+        Nop = ibv_port_state::IBV_PORT_NOP => "IBV_PORT_NOP",
+        Down = ibv_port_state::IBV_PORT_DOWN => "IBV_PORT_DOWN",
+        Init = ibv_port_state::IBV_PORT_INIT => "IBV_PORT_INIT",
+        Armed = ibv_port_state::IBV_PORT_ARMED => "IBV_PORT_ARMED",
+        Active = ibv_port_state::IBV_PORT_ACTIVE => "IBV_PORT_ACTIVE",
+        ActiveDefer = ibv_port_state::IBV_PORT_ACTIVE_DEFER => "IBV_PORT_ACTIVE_DEFER",
+    }
 }
 
 impl PortState {
-    pub(super) fn from_raw(v: u32) -> Self {
-        use ibv_port_state::*;
-        match v {
-            IBV_PORT_NOP => PortState::Nop,
-            IBV_PORT_DOWN => PortState::Down,
-            IBV_PORT_INIT => PortState::Init,
-            IBV_PORT_ARMED => PortState::Armed,
-            IBV_PORT_ACTIVE => PortState::Active,
-            IBV_PORT_ACTIVE_DEFER => PortState::ActiveDefer,
-            v => PortState::Unknown(v),
-        }
-    }
-    /// The C name (`IBV_PORT_ACTIVE`).
-    pub fn name(self) -> &'static str {
-        match self {
-            PortState::Nop => "IBV_PORT_NOP",
-            PortState::Down => "IBV_PORT_DOWN",
-            PortState::Init => "IBV_PORT_INIT",
-            PortState::Armed => "IBV_PORT_ARMED",
-            PortState::Active => "IBV_PORT_ACTIVE",
-            PortState::ActiveDefer => "IBV_PORT_ACTIVE_DEFER",
-            PortState::Unknown(_) => "IBV_PORT_?",
-        }
-    }
     /// `ibv_port_state_str(3)`'s text (`active`).
     pub fn str(self) -> &'static str {
-        let raw = match self {
-            PortState::Nop => 0,
-            PortState::Down => 1,
-            PortState::Init => 2,
-            PortState::Armed => 3,
-            PortState::Active => 4,
-            PortState::ActiveDefer => 5,
-            PortState::Unknown(v) => v,
-        };
+        let raw = self.raw();
         // SAFETY: ibv_port_state_str returns a pointer to a static string for any value.
         unsafe { CStr::from_ptr(ibv_port_state_str(raw)) }
             .to_str()
@@ -153,23 +102,12 @@ impl fmt::Display for PortState {
     }
 }
 
-/// The port's link layer (`IBV_LINK_LAYER_*`): RoCE ports are Ethernet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkLayer {
-    Unspecified,
-    InfiniBand,
-    Ethernet,
-    Unknown(u8),
-}
-
-impl LinkLayer {
-    pub(super) fn from_raw(v: u8) -> Self {
-        match v {
-            0 => LinkLayer::Unspecified,
-            IBV_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
-            IBV_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
-            v => LinkLayer::Unknown(v),
-        }
+c_enum! {
+    /// The port's link layer (`IBV_LINK_LAYER_*`): RoCE ports are Ethernet.
+    pub enum LinkLayer: u8, unknown "IBV_LINK_LAYER_?" {
+        Unspecified = 0 => "IBV_LINK_LAYER_UNSPECIFIED",
+        InfiniBand = IBV_LINK_LAYER_INFINIBAND => "IBV_LINK_LAYER_INFINIBAND",
+        Ethernet = IBV_LINK_LAYER_ETHERNET => "IBV_LINK_LAYER_ETHERNET",
     }
 }
 
@@ -184,28 +122,19 @@ impl fmt::Display for LinkLayer {
     }
 }
 
-/// `enum ibv_mtu`: a path MTU. Ordered, so `min` clamps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Mtu {
-    Mtu256 = 1,
-    Mtu512 = 2,
-    Mtu1024 = 3,
-    Mtu2048 = 4,
-    Mtu4096 = 5,
+c_enum! {
+    /// `enum ibv_mtu`: a path MTU. Ordered, so `min` clamps.
+    #[derive(PartialOrd, Ord)]
+    pub enum Mtu: u32, closed {
+        Mtu256 = ibv_mtu::IBV_MTU_256 => "IBV_MTU_256",
+        Mtu512 = ibv_mtu::IBV_MTU_512 => "IBV_MTU_512",
+        Mtu1024 = ibv_mtu::IBV_MTU_1024 => "IBV_MTU_1024",
+        Mtu2048 = ibv_mtu::IBV_MTU_2048 => "IBV_MTU_2048",
+        Mtu4096 = ibv_mtu::IBV_MTU_4096 => "IBV_MTU_4096",
+    }
 }
 
 impl Mtu {
-    /// From the C value (`IBV_MTU_1024` = 3).
-    pub fn from_raw(v: u32) -> Option<Mtu> {
-        Some(match v {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            3 => Mtu::Mtu1024,
-            4 => Mtu::Mtu2048,
-            5 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
     /// From a size in bytes (256, 512, 1024, 2048, 4096), as `ibv_rc_pingpong -m` takes it.
     pub fn from_bytes(b: u32) -> Option<Mtu> {
         Some(match b {
@@ -217,13 +146,9 @@ impl Mtu {
             _ => return None,
         })
     }
-    /// The C value.
-    pub fn raw(self) -> u32 {
-        self as u32
-    }
-    /// The size in bytes.
+    /// The size in bytes (`IBV_MTU_256` = 1 is 256 bytes, each next value doubles it).
     pub fn bytes(self) -> u32 {
-        128 << (self as u32)
+        128 << self.raw()
     }
 }
 

@@ -1,31 +1,32 @@
 //! Asynchronous events (`ibv_get_async_event(3)`): what happened, and to which object.
 
 use super::*;
+use crate::flags::c_enum;
 
-/// `enum ibv_event_type`: what an asynchronous event reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsyncEventType {
-    CqErr,
-    QpFatal,
-    QpReqErr,
-    QpAccessErr,
-    CommEst,
-    SqDrained,
-    PathMig,
-    PathMigErr,
-    DeviceFatal,
-    PortActive,
-    PortErr,
-    LidChange,
-    PkeyChange,
-    SmChange,
-    SrqErr,
-    SrqLimitReached,
-    QpLastWqeReached,
-    ClientReregister,
-    GidChange,
-    WqFatal,
-    Unknown(u32),
+c_enum! {
+    /// `enum ibv_event_type`: what an asynchronous event reports.
+    pub enum AsyncEventType: u32, unknown "IBV_EVENT_?" {
+        CqErr = 0 => "IBV_EVENT_CQ_ERR",
+        QpFatal = 1 => "IBV_EVENT_QP_FATAL",
+        QpReqErr = 2 => "IBV_EVENT_QP_REQ_ERR",
+        QpAccessErr = 3 => "IBV_EVENT_QP_ACCESS_ERR",
+        CommEst = 4 => "IBV_EVENT_COMM_EST",
+        SqDrained = 5 => "IBV_EVENT_SQ_DRAINED",
+        PathMig = 6 => "IBV_EVENT_PATH_MIG",
+        PathMigErr = 7 => "IBV_EVENT_PATH_MIG_ERR",
+        DeviceFatal = 8 => "IBV_EVENT_DEVICE_FATAL",
+        PortActive = 9 => "IBV_EVENT_PORT_ACTIVE",
+        PortErr = 10 => "IBV_EVENT_PORT_ERR",
+        LidChange = 11 => "IBV_EVENT_LID_CHANGE",
+        PkeyChange = 12 => "IBV_EVENT_PKEY_CHANGE",
+        SmChange = 13 => "IBV_EVENT_SM_CHANGE",
+        SrqErr = 14 => "IBV_EVENT_SRQ_ERR",
+        SrqLimitReached = 15 => "IBV_EVENT_SRQ_LIMIT_REACHED",
+        QpLastWqeReached = 16 => "IBV_EVENT_QP_LAST_WQE_REACHED",
+        ClientReregister = 17 => "IBV_EVENT_CLIENT_REREGISTER",
+        GidChange = 18 => "IBV_EVENT_GID_CHANGE",
+        WqFatal = 19 => "IBV_EVENT_WQ_FATAL",
+    }
 }
 
 pub(super) enum ElementKind {
@@ -37,75 +38,6 @@ pub(super) enum ElementKind {
 }
 
 impl AsyncEventType {
-    const NAMES: [&'static str; 20] = [
-        "IBV_EVENT_CQ_ERR",
-        "IBV_EVENT_QP_FATAL",
-        "IBV_EVENT_QP_REQ_ERR",
-        "IBV_EVENT_QP_ACCESS_ERR",
-        "IBV_EVENT_COMM_EST",
-        "IBV_EVENT_SQ_DRAINED",
-        "IBV_EVENT_PATH_MIG",
-        "IBV_EVENT_PATH_MIG_ERR",
-        "IBV_EVENT_DEVICE_FATAL",
-        "IBV_EVENT_PORT_ACTIVE",
-        "IBV_EVENT_PORT_ERR",
-        "IBV_EVENT_LID_CHANGE",
-        "IBV_EVENT_PKEY_CHANGE",
-        "IBV_EVENT_SM_CHANGE",
-        "IBV_EVENT_SRQ_ERR",
-        "IBV_EVENT_SRQ_LIMIT_REACHED",
-        "IBV_EVENT_QP_LAST_WQE_REACHED",
-        "IBV_EVENT_CLIENT_REREGISTER",
-        "IBV_EVENT_GID_CHANGE",
-        "IBV_EVENT_WQ_FATAL",
-    ];
-
-    /// From the C value.
-    pub fn from_raw(v: u32) -> Self {
-        use AsyncEventType::*;
-        const ALL: [AsyncEventType; 20] = [
-            CqErr,
-            QpFatal,
-            QpReqErr,
-            QpAccessErr,
-            CommEst,
-            SqDrained,
-            PathMig,
-            PathMigErr,
-            DeviceFatal,
-            PortActive,
-            PortErr,
-            LidChange,
-            PkeyChange,
-            SmChange,
-            SrqErr,
-            SrqLimitReached,
-            QpLastWqeReached,
-            ClientReregister,
-            GidChange,
-            WqFatal,
-        ];
-        ALL.get(v as usize).copied().unwrap_or(Unknown(v))
-    }
-
-    /// The C value.
-    pub fn raw(self) -> u32 {
-        match self {
-            AsyncEventType::Unknown(v) => v,
-            other => (0..20u32)
-                .find(|&i| AsyncEventType::from_raw(i) == other)
-                .unwrap_or(u32::MAX),
-        }
-    }
-
-    /// The C name (`IBV_EVENT_CQ_ERR`).
-    pub fn name(self) -> &'static str {
-        Self::NAMES
-            .get(self.raw() as usize)
-            .copied()
-            .unwrap_or("IBV_EVENT_?")
-    }
-
     pub(super) fn element_kind(self) -> ElementKind {
         use AsyncEventType::*;
         match self {

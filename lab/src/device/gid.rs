@@ -2,6 +2,7 @@
 //! (`struct ibv_gid_entry`).
 
 use super::*;
+use crate::flags::c_enum;
 
 /// A 128-bit GID (`union ibv_gid`), in network byte order. On RoCE it is an IPv6 address, so
 /// it prints as one: `fe80::5054:ff:fe00:1`, `::ffff:10.99.0.1`.
@@ -61,26 +62,15 @@ impl std::str::FromStr for Gid {
     }
 }
 
-/// The GID types (`IBV_GID_TYPE_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GidType {
-    /// `IBV_GID_TYPE_IB`: native InfiniBand.
-    Ib,
-    /// `IBV_GID_TYPE_ROCE_V1`: RoCE over raw Ethernet (ethertype 0x8915), not routable.
-    RoceV1,
-    /// `IBV_GID_TYPE_ROCE_V2`: RoCE over UDP/IP (port 4791), routable. What rxe speaks.
-    RoceV2,
-    Unknown(u32),
-}
-
-impl GidType {
-    pub(super) fn from_raw(v: u32) -> GidType {
-        match v {
-            IBV_GID_TYPE_IB => GidType::Ib,
-            IBV_GID_TYPE_ROCE_V1 => GidType::RoceV1,
-            IBV_GID_TYPE_ROCE_V2 => GidType::RoceV2,
-            v => GidType::Unknown(v),
-        }
+c_enum! {
+    /// The GID types (`IBV_GID_TYPE_*`).
+    pub enum GidType: u32, unknown "IBV_GID_TYPE_?" {
+        /// `IBV_GID_TYPE_IB`: native InfiniBand.
+        Ib = IBV_GID_TYPE_IB => "IBV_GID_TYPE_IB",
+        /// `IBV_GID_TYPE_ROCE_V1`: RoCE over raw Ethernet (ethertype 0x8915), not routable.
+        RoceV1 = IBV_GID_TYPE_ROCE_V1 => "IBV_GID_TYPE_ROCE_V1",
+        /// `IBV_GID_TYPE_ROCE_V2`: RoCE over UDP/IP (port 4791), routable. What rxe speaks.
+        RoceV2 = IBV_GID_TYPE_ROCE_V2 => "IBV_GID_TYPE_ROCE_V2",
     }
 }
 

@@ -7,63 +7,22 @@ use std::fmt;
 
 use rdma_sys::*;
 
-use crate::flags::flag_set;
+use crate::flags::{c_enum, flag_set};
 
-/// `enum ibv_qp_state` at run time (what `ibv_query_qp` reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    Reset,
-    Init,
-    Rtr,
-    Rts,
-    Sqd,
-    Sqe,
-    Err,
-    Unknown(u32),
+c_enum! {
+    /// `enum ibv_qp_state` at run time (what `ibv_query_qp` reports).
+    pub enum QpState: u32, unknown "IBV_QPS_UNKNOWN" {
+        Reset = ibv_qp_state::IBV_QPS_RESET => "IBV_QPS_RESET",
+        Init = ibv_qp_state::IBV_QPS_INIT => "IBV_QPS_INIT",
+        Rtr = ibv_qp_state::IBV_QPS_RTR => "IBV_QPS_RTR",
+        Rts = ibv_qp_state::IBV_QPS_RTS => "IBV_QPS_RTS",
+        Sqd = ibv_qp_state::IBV_QPS_SQD => "IBV_QPS_SQD",
+        Sqe = ibv_qp_state::IBV_QPS_SQE => "IBV_QPS_SQE",
+        Err = ibv_qp_state::IBV_QPS_ERR => "IBV_QPS_ERR",
+    }
 }
 
 impl QpState {
-    /// From the C value.
-    pub fn from_raw(v: u32) -> QpState {
-        use ibv_qp_state::*;
-        match v {
-            IBV_QPS_RESET => QpState::Reset,
-            IBV_QPS_INIT => QpState::Init,
-            IBV_QPS_RTR => QpState::Rtr,
-            IBV_QPS_RTS => QpState::Rts,
-            IBV_QPS_SQD => QpState::Sqd,
-            IBV_QPS_SQE => QpState::Sqe,
-            IBV_QPS_ERR => QpState::Err,
-            v => QpState::Unknown(v),
-        }
-    }
-    /// The C value.
-    pub fn raw(self) -> u32 {
-        use ibv_qp_state::*;
-        match self {
-            QpState::Reset => IBV_QPS_RESET,
-            QpState::Init => IBV_QPS_INIT,
-            QpState::Rtr => IBV_QPS_RTR,
-            QpState::Rts => IBV_QPS_RTS,
-            QpState::Sqd => IBV_QPS_SQD,
-            QpState::Sqe => IBV_QPS_SQE,
-            QpState::Err => IBV_QPS_ERR,
-            QpState::Unknown(v) => v,
-        }
-    }
-    /// The C name (`IBV_QPS_RTS`).
-    pub fn name(self) -> &'static str {
-        match self {
-            QpState::Reset => "IBV_QPS_RESET",
-            QpState::Init => "IBV_QPS_INIT",
-            QpState::Rtr => "IBV_QPS_RTR",
-            QpState::Rts => "IBV_QPS_RTS",
-            QpState::Sqd => "IBV_QPS_SQD",
-            QpState::Sqe => "IBV_QPS_SQE",
-            QpState::Err => "IBV_QPS_ERR",
-            QpState::Unknown(_) => "IBV_QPS_UNKNOWN",
-        }
-    }
     /// The short name (`RTS`).
     pub fn short(self) -> &'static str {
         &self.name()[8..]
@@ -165,22 +124,14 @@ pub fn transition(from: QpState, to: QpState) -> Option<Transition> {
     })
 }
 
-/// The QP transport types `lab` creates (`enum ibv_qp_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpType {
-    /// `IBV_QPT_RC`: reliable connected, one peer, every operation.
-    Rc,
-    /// `IBV_QPT_UD`: unreliable datagram, any peer per message (via an address handle),
-    /// SEND/RECV only, one MTU per message, 40-byte GRH in front of received data.
-    Ud,
-}
-
-impl QpType {
-    pub(super) fn raw(self) -> u32 {
-        match self {
-            QpType::Rc => ibv_qp_type::IBV_QPT_RC,
-            QpType::Ud => ibv_qp_type::IBV_QPT_UD,
-        }
+c_enum! {
+    /// The QP transport types `lab` creates (`enum ibv_qp_type`).
+    pub enum QpType: u32, closed {
+        /// `IBV_QPT_RC`: reliable connected, one peer, every operation.
+        Rc = ibv_qp_type::IBV_QPT_RC => "IBV_QPT_RC",
+        /// `IBV_QPT_UD`: unreliable datagram, any peer per message (via an address handle),
+        /// SEND/RECV only, one MTU per message, 40-byte GRH in front of received data.
+        Ud = ibv_qp_type::IBV_QPT_UD => "IBV_QPT_UD",
     }
 }
 
