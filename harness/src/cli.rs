@@ -68,8 +68,8 @@ enum Sub {
     /// Run a command where the rxe device is (starts the lab if needed), like `docker run`:
     /// the working directory is kept, stdin is forwarded when it is a pipe or a file, the exit
     /// status passes through (128 + N for a command killed by signal N), and these variables
-    /// pass through by default: RUST_*, CARGO_*, LAB_*, IBVERBS_*, RDMAV_*, INSTA_*, TERM,
-    /// NO_COLOR. Works from any directory, so it can be cargo's runner
+    /// pass through by default: RUST_*, CARGO, CARGO_*, LAB_*, IBVERBS_*, RDMAV_*, INSTA_*,
+    /// TERM, NO_COLOR. Works from any directory, so it can be cargo's runner
     /// (`runner = ["cargo-lab", "exec", "--"]`).
     Exec {
         /// Node of the pair topology, a or b (implies --topology pair).
@@ -543,7 +543,8 @@ fn lab_for_exec(t: Topology) -> Result<Lab> {
 pub fn passes_by_default(k: &str) -> bool {
     const PREFIXES: &[&str] = &["RUST_", "CARGO_", "LAB_", "IBVERBS_", "RDMAV_", "INSTA_"];
     (PREFIXES.iter().any(|p| k.starts_with(p)) && k != "LAB_STATE_DIR")
-        || matches!(k, "TERM" | "NO_COLOR" | "CLICOLOR")
+        // CARGO: the cargo that runs a test; insta, for one, asks it for the workspace root.
+        || matches!(k, "CARGO" | "TERM" | "NO_COLOR" | "CLICOLOR")
 }
 
 /// `-e VAR=VALUE` / `-e VAR` into (VAR, VALUE).
@@ -551,7 +552,7 @@ fn parse_env_flags(flags: &[String]) -> Result<Vec<(String, String)>> {
     flags
         .iter()
         .map(|f| match f.split_once('=') {
-            Some((k, _)) if k.is_empty() => bail!("-e {f:?}: the variable has no name"),
+            Some(("", _)) => bail!("-e {f:?}: the variable has no name"),
             Some((k, v)) => Ok((k.to_string(), v.to_string())),
             None => match std::env::var(f) {
                 Ok(v) => Ok((f.clone(), v)),

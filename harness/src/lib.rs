@@ -28,6 +28,8 @@ pub mod redact;
 /// Runs commands with the protocol's semantics (std only; shared with the guest agent).
 pub mod runner;
 pub mod testing;
+/// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).
+pub mod testing_cli;
 pub mod vm;
 
 /// Where the rxe device(s) live.

@@ -1,4 +1,4 @@
-//! Checks on the repository's own CI and lab plumbing (issue 7).
+//! Checks on the repository's own CI and lab plumbing.
 //!
 //! - every GitHub workflow is clean under actionlint (which also runs shellcheck on `run:` blocks);
 //! - every shell script (scripts/, vagrant/, .github/scripts/, .ci/run) is clean under shellcheck;

@@ -22,8 +22,11 @@ use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use crate::cq::WorkCompletion;
-use crate::qp::{QpAttrMask, QpState};
+// Only leaf modules: the work completion, the QP state machine and the access flags depend on
+// nothing that depends on this module (wc's `WorkCompletion::ok` names `Error`, nothing more).
+use crate::cq::wc::WorkCompletion;
+use crate::mr::access::AccessFlags;
+use crate::qp::state_machine::{QpAttrMask, QpState};
 
 /// `Result` with [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -38,50 +41,12 @@ impl Errno {
         Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 
-    /// The symbolic name (`"EINVAL"`), or `"E?"` for a number this table does not know.
+    /// The symbolic name (`"EINVAL"`), or `"E?"` for a number the one errno table
+    /// ([`crate::show::errno_name`]) does not know.
     pub fn name(self) -> &'static str {
         match self.0 {
             0 => "0",
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::ESRCH => "ESRCH",
-            libc::EINTR => "EINTR",
-            libc::EIO => "EIO",
-            libc::ENXIO => "ENXIO",
-            libc::E2BIG => "E2BIG",
-            libc::EBADF => "EBADF",
-            libc::EAGAIN => "EAGAIN",
-            libc::ENOMEM => "ENOMEM",
-            libc::EACCES => "EACCES",
-            libc::EFAULT => "EFAULT",
-            libc::EBUSY => "EBUSY",
-            libc::EEXIST => "EEXIST",
-            libc::ENODEV => "ENODEV",
-            libc::EINVAL => "EINVAL",
-            libc::ENFILE => "ENFILE",
-            libc::EMFILE => "EMFILE",
-            libc::ENOSPC => "ENOSPC",
-            libc::ERANGE => "ERANGE",
-            libc::ENOSYS => "ENOSYS",
-            libc::ENODATA => "ENODATA",
-            libc::ETIME => "ETIME",
-            libc::EPROTO => "EPROTO",
-            libc::EOVERFLOW => "EOVERFLOW",
-            libc::EOPNOTSUPP => "EOPNOTSUPP",
-            libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
-            libc::EAFNOSUPPORT => "EAFNOSUPPORT",
-            libc::EADDRINUSE => "EADDRINUSE",
-            libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
-            libc::ENETDOWN => "ENETDOWN",
-            libc::ENETUNREACH => "ENETUNREACH",
-            libc::ECONNRESET => "ECONNRESET",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            libc::ECONNREFUSED => "ECONNREFUSED",
-            libc::EHOSTUNREACH => "EHOSTUNREACH",
-            libc::EALREADY => "EALREADY",
-            libc::EINPROGRESS => "EINPROGRESS",
-            libc::ECANCELED => "ECANCELED",
-            _ => "E?",
+            n => crate::show::errno_name(n).unwrap_or("E?"),
         }
     }
 
@@ -185,7 +150,7 @@ pub enum Error {
     #[error("ibv_reg_mr(len {len}, access {access}) failed: {errno}{hint}")]
     RegMr {
         len: usize,
-        access: crate::mr::AccessFlags,
+        access: AccessFlags,
         errno: Errno,
         hint: Hint,
     },

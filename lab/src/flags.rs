@@ -1,7 +1,12 @@
-//! A tiny typed flag-set macro (the verbs have several: access flags, QP attribute masks,
-//! send flags, completion flags). Each set prints its members by their C names, so
-//! `AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE` shows as
-//! `IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE`.
+//! The two macros that map C types into `lab`, one for each kind of C enum:
+//!
+//! - [`flag_set!`] for bit sets (access flags, QP attribute masks, send flags, completion
+//!   flags). Each set prints its members by their C names, so
+//!   `AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE` shows as
+//!   `IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE`.
+//! - [`c_enum!`] for value enums (`ibv_qp_state`, `ibv_wc_status`, ...): one table of
+//!   variant, C value and C name, from which `from_raw`, `raw`, `name` and `ALL` are made; a
+//!   value the table does not know becomes `Unknown(v)` instead of a panic.
 
 /// Defines a `Copy` flag-set newtype over `u32` with `|`, `&`, `contains`, `iter_names`,
 /// and Debug/Display by C names.
@@ -88,3 +93,101 @@ macro_rules! flag_set {
 }
 
 pub(crate) use flag_set;
+
+/// Defines a value enum from one table: `Variant = C value => "C_NAME",` per line. Generates
+/// `ALL` (table order), `from_raw`, `raw` and `name` (the C name). Three forms:
+///
+/// - `pub enum X: u32, unknown "IBV_X_?" { ... }`: for values `lab` reads back from the
+///   device; an `Unknown(raw)` variant holds a value the table does not know;
+/// - the same with `explained "..."`: each line also carries a one-line explanation,
+///   returned by `explanation()` (the status table);
+/// - `pub enum X: u32, closed { ... }`: for values `lab` only passes in; `from_raw` returns
+///   `None` for a value outside the table.
+macro_rules! c_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident: $repr:ty, closed {
+            $( $(#[$vmeta:meta])* $var:ident = $val:expr => $cname:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$vmeta])* $var, )*
+        }
+
+        impl $name {
+            /// Every value, in table order.
+            pub const ALL: &'static [$name] = &[$( $name::$var, )*];
+
+            /// From the C value (`None` for a value outside the table).
+            pub fn from_raw(v: $repr) -> Option<$name> {
+                $( if v == $val { return Some($name::$var); } )*
+                None
+            }
+            /// The C value.
+            pub fn raw(self) -> $repr {
+                match self { $( $name::$var => $val, )* }
+            }
+            /// The C name.
+            pub fn name(self) -> &'static str {
+                match self { $( $name::$var => $cname, )* }
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident: $repr:ty, unknown $uname:literal {
+            $( $(#[$vmeta:meta])* $var:ident = $val:expr => $cname:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$vmeta])* $var, )*
+            /// A value this table does not know.
+            Unknown($repr),
+        }
+
+        impl $name {
+            /// Every known value, in table order.
+            pub const ALL: &'static [$name] = &[$( $name::$var, )*];
+
+            /// From the C value (`Unknown` for a value the table does not know).
+            pub fn from_raw(v: $repr) -> $name {
+                $( if v == $val { return $name::$var; } )*
+                $name::Unknown(v)
+            }
+            /// The C value.
+            pub fn raw(self) -> $repr {
+                match self { $( $name::$var => $val, )* $name::Unknown(v) => v }
+            }
+            /// The C name.
+            pub fn name(self) -> &'static str {
+                match self { $( $name::$var => $cname, )* $name::Unknown(_) => $uname }
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident: $repr:ty, unknown $uname:literal, explained $uwhy:literal {
+            $( $(#[$vmeta:meta])* $var:ident = $val:expr => $cname:literal, $why:literal; )*
+        }
+    ) => {
+        $crate::flags::c_enum! {
+            $(#[$meta])*
+            pub enum $name: $repr, unknown $uname {
+                $( $(#[$vmeta])* $var = $val => $cname, )*
+            }
+        }
+
+        impl $name {
+            /// One line for a learner: what usually causes this value.
+            pub fn explanation(self) -> &'static str {
+                match self { $( $name::$var => $why, )* $name::Unknown(_) => $uwhy }
+            }
+        }
+    };
+}
+
+pub(crate) use c_enum;

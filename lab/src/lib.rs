@@ -77,6 +77,7 @@
 
 pub mod ah;
 pub mod clock;
+pub mod course;
 pub mod cq;
 pub mod device;
 pub mod error;
@@ -102,11 +103,12 @@ pub use device::{
     GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, devices,
 };
 pub use error::{Errno, Error, Hint, Result};
-pub use exchange::RemoteRegion;
-pub use mr::{AccessFlags, MemoryRegion, memlock_limit, page_size, set_memlock_limit};
+pub use mr::{
+    AccessFlags, MemoryRegion, RemoteRegion, memlock_limit, page_size, set_memlock_limit,
+};
 pub use mw::{MemoryWindow, MwType, inc_rkey};
 pub use pd::ProtectionDomain;
-pub use pool::{AsyncPool, PoolOp, RemoteBlock, RemotePool, Ticket, join_all};
+pub use pool::{AsyncPool, PoolOp, RemotePool, Ticket, join_all};
 pub use qp::{
     AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpType,
     QpTypeState, QueuePair, RtrAttr, RtsAttr, TransitionError, check_transition,

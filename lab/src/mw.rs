@@ -22,26 +22,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use rdma_sys::*;
 
 use crate::error::{Errno, Error, Hint, Result, rc, report_drop_failure};
+use crate::flags::c_enum;
 use crate::mr::{AccessFlags, MemoryRegion};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::qp::{QueuePair, state};
 use crate::wr::{SendWr, Sge};
 
-/// `enum ibv_mw_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MwType {
-    /// Bound with `ibv_bind_mw`; rkey chosen by the library.
-    Type1,
-    /// Bound with an `IBV_WR_BIND_MW` work request; rkey chosen by the application.
-    Type2,
-}
-
-impl MwType {
-    fn raw(self) -> u32 {
-        match self {
-            MwType::Type1 => ibv_mw_type::IBV_MW_TYPE_1,
-            MwType::Type2 => ibv_mw_type::IBV_MW_TYPE_2,
-        }
+c_enum! {
+    /// `enum ibv_mw_type`.
+    pub enum MwType: u32, closed {
+        /// Bound with `ibv_bind_mw`; rkey chosen by the library.
+        Type1 = ibv_mw_type::IBV_MW_TYPE_1 => "IBV_MW_TYPE_1",
+        /// Bound with an `IBV_WR_BIND_MW` work request; rkey chosen by the application.
+        Type2 = ibv_mw_type::IBV_MW_TYPE_2 => "IBV_MW_TYPE_2",
     }
 }
 
@@ -89,7 +82,7 @@ impl ProtectionDomain {
     /// Allocates a memory window (`ibv_alloc_mw(3)`).
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
         // SAFETY: the PD is allocated. rdma-sys returns None when the provider lacks the op
-        // and Some(NULL) when it fails (recipe pitfall 7).
+        // and Some(NULL) when it fails (docs/rdma-sys-notes.md, note 7).
         let p = unsafe { ibv_alloc_mw(self.inner.pd.as_ptr(), kind.raw()) };
         let errno = Errno::last();
         let mw = p.and_then(NonNull::new).ok_or(Error::AllocMw {

@@ -25,16 +25,12 @@ use std::time::{Duration, Instant};
 
 use crate::cq::{CompletionQueue, WcOpcode, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::exchange::RemoteRegion;
-use crate::mr::MemoryRegion;
+use crate::mr::{MemoryRegion, RemoteRegion};
 use crate::qp::QueuePair;
 use crate::wr::SendWr;
 
 mod future;
 pub use future::{AsyncPool, JoinAll, PoolOp, join_all};
-
-/// One block of a pool, as the server describes it: (addr, len, rkey).
-pub type RemoteBlock = RemoteRegion;
 
 /// Bounds-checks `offset..offset+len` in `blocks[block]`: its remote address and rkey.
 pub fn locate_in(

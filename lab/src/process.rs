@@ -1,7 +1,8 @@
 //! `lab::process`: a child process run with a deadline.
 //!
 //! Some chapters start copies of themselves (one process per client, each with its own QP) and
-//! then print what each one said. [`Running`] is the plumbing for that: the child's stdout and
+//! then print what each one said ([`crate::course::spawn_copies`]). [`Running`] is the
+//! plumbing for that: the child's stdout and
 //! stderr are read by two threads while it runs, so a chatty child never blocks on a full
 //! pipe, and [`Running::finish`] waits with a deadline: a child still running then is killed.
 //! Like every wait in `lab`, it never waits forever.
@@ -22,7 +23,7 @@
 //! ```
 
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -83,41 +84,6 @@ impl Running {
         }
         (code, out, err)
     }
-}
-
-/// Starts `count` copies of this program, each with this process's arguments plus
-/// `--client-index i` (stdin closed, stdout and stderr collected): one process per client.
-pub fn spawn_clients(count: u32) -> std::io::Result<Vec<Running>> {
-    let exe = std::env::current_exe()?;
-    (0..count)
-        .map(|i| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(std::env::args_os().skip(1))
-                .args(["--client-index", &i.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            Running::spawn(cmd)
-        })
-        .collect()
-}
-
-/// Waits for each client (all share one `deadline`) and prints its output in client order,
-/// each line prefixed `  [client i]`, then its exit code. Returns whether every client exited 0.
-pub fn report_clients(children: &mut [Running], deadline: Instant) -> bool {
-    let mut ok = true;
-    for (i, child) in children.iter_mut().enumerate() {
-        let (code, out, err) = child.finish(deadline);
-        for line in out.lines() {
-            println!("  [client {i}] {line}");
-        }
-        for line in err.lines() {
-            println!("  [client {i}] stderr: {line}");
-        }
-        println!("  [client {i}] exit {code}");
-        ok &= code == 0;
-    }
-    ok
 }
 
 #[cfg(test)]

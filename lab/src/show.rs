@@ -319,7 +319,8 @@ pub const fn errno(errno: i32) -> Errno {
 }
 
 /// The symbolic name of an errno (`22` -> `"EINVAL"`), for the values verbs, the CM and the
-/// socket calls produce. `None` for anything else (and for negative values).
+/// socket calls produce. `None` for anything else (and for negative values). The one errno
+/// table of `lab`: [`crate::Errno::name`] reads it too.
 pub fn errno_name(errno: i32) -> Option<&'static str> {
     use libc::*;
     // EWOULDBLOCK == EAGAIN, ENOTSUP == EOPNOTSUPP and EDEADLOCK == EDEADLK on Linux: listed once.

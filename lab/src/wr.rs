@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 
 use rdma_sys::*;
 
-use crate::flags::flag_set;
+use crate::flags::{c_enum, flag_set};
 
 /// A scatter/gather entry: `struct ibv_sge` (address, length, lkey) of registered memory.
 /// Get one from [`crate::MemoryRegion::sge`].
@@ -104,70 +104,22 @@ flag_set! {
     IP_CSUM = 16 => "IBV_SEND_IP_CSUM";
 }
 
-/// `enum ibv_wr_opcode`: the operations a send work request can carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WrOpcode {
-    RdmaWrite,
-    RdmaWriteWithImm,
-    Send,
-    SendWithImm,
-    RdmaRead,
-    AtomicCmpAndSwp,
-    AtomicFetchAndAdd,
-    /// `IBV_WR_LOCAL_INV` (memory windows).
-    LocalInv,
-    /// `IBV_WR_BIND_MW` (type 2 memory windows).
-    BindMw,
-    /// `IBV_WR_SEND_WITH_INV`.
-    SendWithInv,
-}
-
-impl WrOpcode {
-    fn raw(self) -> u32 {
-        use ibv_wr_opcode::*;
-        match self {
-            WrOpcode::RdmaWrite => IBV_WR_RDMA_WRITE,
-            WrOpcode::RdmaWriteWithImm => IBV_WR_RDMA_WRITE_WITH_IMM,
-            WrOpcode::Send => IBV_WR_SEND,
-            WrOpcode::SendWithImm => IBV_WR_SEND_WITH_IMM,
-            WrOpcode::RdmaRead => IBV_WR_RDMA_READ,
-            WrOpcode::AtomicCmpAndSwp => IBV_WR_ATOMIC_CMP_AND_SWP,
-            WrOpcode::AtomicFetchAndAdd => IBV_WR_ATOMIC_FETCH_AND_ADD,
-            WrOpcode::LocalInv => IBV_WR_LOCAL_INV,
-            WrOpcode::BindMw => IBV_WR_BIND_MW,
-            WrOpcode::SendWithInv => IBV_WR_SEND_WITH_INV,
-        }
-    }
-    /// The C name (`IBV_WR_RDMA_WRITE`).
-    pub fn name(self) -> &'static str {
-        match self {
-            WrOpcode::RdmaWrite => "IBV_WR_RDMA_WRITE",
-            WrOpcode::RdmaWriteWithImm => "IBV_WR_RDMA_WRITE_WITH_IMM",
-            WrOpcode::Send => "IBV_WR_SEND",
-            WrOpcode::SendWithImm => "IBV_WR_SEND_WITH_IMM",
-            WrOpcode::RdmaRead => "IBV_WR_RDMA_READ",
-            WrOpcode::AtomicCmpAndSwp => "IBV_WR_ATOMIC_CMP_AND_SWP",
-            WrOpcode::AtomicFetchAndAdd => "IBV_WR_ATOMIC_FETCH_AND_ADD",
-            WrOpcode::LocalInv => "IBV_WR_LOCAL_INV",
-            WrOpcode::BindMw => "IBV_WR_BIND_MW",
-            WrOpcode::SendWithInv => "IBV_WR_SEND_WITH_INV",
-        }
-    }
-    fn from_raw(v: u32) -> Option<WrOpcode> {
-        [
-            WrOpcode::RdmaWrite,
-            WrOpcode::RdmaWriteWithImm,
-            WrOpcode::Send,
-            WrOpcode::SendWithImm,
-            WrOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp,
-            WrOpcode::AtomicFetchAndAdd,
-            WrOpcode::LocalInv,
-            WrOpcode::BindMw,
-            WrOpcode::SendWithInv,
-        ]
-        .into_iter()
-        .find(|o| o.raw() == v)
+c_enum! {
+    /// `enum ibv_wr_opcode`: the operations a send work request can carry.
+    pub enum WrOpcode: u32, closed {
+        RdmaWrite = ibv_wr_opcode::IBV_WR_RDMA_WRITE => "IBV_WR_RDMA_WRITE",
+        RdmaWriteWithImm = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM => "IBV_WR_RDMA_WRITE_WITH_IMM",
+        Send = ibv_wr_opcode::IBV_WR_SEND => "IBV_WR_SEND",
+        SendWithImm = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM => "IBV_WR_SEND_WITH_IMM",
+        RdmaRead = ibv_wr_opcode::IBV_WR_RDMA_READ => "IBV_WR_RDMA_READ",
+        AtomicCmpAndSwp = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP => "IBV_WR_ATOMIC_CMP_AND_SWP",
+        AtomicFetchAndAdd = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD => "IBV_WR_ATOMIC_FETCH_AND_ADD",
+        /// `IBV_WR_LOCAL_INV` (memory windows).
+        LocalInv = ibv_wr_opcode::IBV_WR_LOCAL_INV => "IBV_WR_LOCAL_INV",
+        /// `IBV_WR_BIND_MW` (type 2 memory windows).
+        BindMw = ibv_wr_opcode::IBV_WR_BIND_MW => "IBV_WR_BIND_MW",
+        /// `IBV_WR_SEND_WITH_INV`.
+        SendWithInv = ibv_wr_opcode::IBV_WR_SEND_WITH_INV => "IBV_WR_SEND_WITH_INV",
     }
 }
 

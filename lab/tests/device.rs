@@ -5,6 +5,9 @@
 //! runs directly; on the host the harness re-runs the test inside the lab. Tests touching the
 //! device are serialised by the harness; by hand use `--test-threads=1`.
 //!
+//! One file of about 1,000 lines on purpose: every test shares the `Pair` setup at the top,
+//! and the file is the catalogue of what `lab` does on a real device, read in order.
+//!
 //! Modules (in file order):
 //! - setup: `Pair`, two RC QPs A and B connected to each other, one MR each
 //! - two-sided: send_recv, send_with_imm, batched_chain_only_last_signaled, inline_send
@@ -785,7 +788,7 @@ fn pool_futures_on_the_completion_channel() {
                 ..
             } = Pair::on(ctx.clone(), Some(&ch));
             let whole = mr_b.remote();
-            let blocks: Vec<RemoteBlock> = (0..8)
+            let blocks: Vec<RemoteRegion> = (0..8)
                 .map(|i| RemoteRegion {
                     addr: whole.addr + i * 512,
                     len: 512,

@@ -2,6 +2,9 @@
 //! real TCP on 127.0.0.1 with ephemeral ports (peers that close early, never answer, send
 //! truncated, oversized or wrong-version messages, and the C tool's exact bytes).
 //!
+//! One file of about 1,500 lines, one module per concern below: the two formats share their
+//! fixtures (the C tool's exact bytes, the bad peers), which a split would duplicate.
+//!
 //! Modules:
 //! - `pingpong_wire`: `ibv_rc_pingpong`'s 52-byte text message and the GID wire form.
 //! - `lab_wire`: the lab's versioned binary message.

@@ -27,72 +27,39 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
+
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
 use lab::say;
 use lab::show::{self, Align, Table};
 use lab::{Context, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortState, QpInitAttr, RtrAttr};
 
-const USAGE: &str = "usage: ch01-devices [-d DEVICE] [-i PORT]
-  -d, --device DEVICE   the RDMA device to open (default: $LAB_DEVICE, else the first)
-  -i, --ib-port PORT    the port to query, from 1 (default: 1)
-  -h, --help            this text";
-
-/// What the command line asked for.
-#[derive(Debug)]
+/// The command line (clap: `--help` and a clear message with exit status 2 for a bad flag).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch01-devices",
+    about = "Devices, ports and the GID table: open a device, read its attributes, pick the \
+             RoCE v2 GID"
+)]
 struct Args {
+    /// The RDMA device to open (default: $LAB_DEVICE, else the first)
+    #[arg(short = 'd', long, value_name = "DEVICE")]
     device: Option<String>,
+    /// The port to query, from 1
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..))]
     port: u8,
 }
 
-/// Small, std-only argument parsing: a bad argument is a message and exit status 2, never a
-/// panic.
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-    let mut args = Args {
-        device: None,
-        port: 1,
-    };
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "-d" | "--device" => args.device = Some(value(&a)?),
-            "-i" | "--ib-port" => {
-                let v = value(&a)?;
-                args.port = match v.parse::<u8>() {
-                    Ok(p) if p >= 1 => p,
-                    _ => return Err(format!("{a}: {v:?} is not a port number (1..=255)")),
-                };
-            }
-            other => return Err(format!("unexpected argument {other:?}")),
-        }
-    }
-    Ok(Some(args))
-}
-
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ch01-devices: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // lab's errors name the verb, the errno (`EINVAL (22)`) and, for classic mistakes,
-            // a hint on the next line.
-            eprintln!("ch01-devices: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let args = Args::parse();
+    lab::course::exit_code_of("ch01-devices", run(&args))
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch01-devices: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 fn run(args: &Args) -> Res<()> {
     println!("ch01-devices: devices, ports and the GID table");
@@ -124,10 +91,8 @@ fn run(args: &Args) -> Res<()> {
     println!();
 
     // -----------------------------------------------------------------------------------------
-    let wanted = args
-        .device
-        .clone()
-        .or_else(|| std::env::var("LAB_DEVICE").ok().filter(|s| !s.is_empty()));
+    // `-d`, else $LAB_DEVICE, else the first device (lab::course::open_device's rule).
+    let wanted = lab::course::wanted_device(args.device.as_deref());
     println!(
         "step 2: open {} (ibv_open_device)",
         wanted.as_deref().unwrap_or("the first device")
@@ -599,19 +564,23 @@ fn netdev_mtu(name: &str) -> Option<u32> {
 mod tests {
     use super::*;
 
-    fn parse(v: &[&str]) -> Result<Option<Args>, String> {
-        parse_args(v.iter().map(|s| s.to_string()))
+    fn parse(v: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("ch01-devices").chain(v.iter().copied()))
     }
 
     #[test]
     fn args() {
-        let a = parse(&["-d", "rxe0", "-i", "1"]).unwrap().unwrap();
+        let a = parse(&["-d", "rxe0", "-i", "1"]).unwrap();
         assert_eq!(a.device.as_deref(), Some("rxe0"));
         assert_eq!(a.port, 1);
-        assert!(parse(&["--help"]).unwrap().is_none());
-        assert!(parse(&["-i", "0"]).unwrap_err().contains("port number"));
-        assert!(parse(&["-d"]).unwrap_err().contains("needs a value"));
-        assert!(parse(&["x"]).unwrap_err().contains("unexpected"));
+        assert_eq!(parse(&[]).unwrap().port, 1);
+        assert_eq!(
+            parse(&["--help"]).unwrap_err().kind(),
+            clap::error::ErrorKind::DisplayHelp
+        );
+        for bad in [&["-i", "0"][..], &["-d"], &["x"]] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
     }
 
     #[test]

@@ -7,9 +7,8 @@
 //!   with a clear message and a non-zero exit.
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch01-devices");
@@ -50,28 +49,17 @@ fn chapter(#[case] args: &[&str], #[case] exit: i32) {
 }
 
 #[rstest]
-#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
-#[case::missing_value(&["-d"], "-d needs a value")]
-#[case::port_zero(&["-i", "0"], "\"0\" is not a port number")]
-#[case::port_not_a_number(&["--ib-port", "one"], "\"one\" is not a port number")]
+#[case::unknown_flag(&["--bogus"], "unexpected argument '--bogus'")]
+#[case::missing_value(&["-d"], "a value is required for '--device <DEVICE>'")]
+#[case::port_zero(&["-i", "0"], "invalid value '0' for '--ib-port <PORT>'")]
+#[case::port_not_a_number(&["--ib-port", "one"], "invalid value 'one' for '--ib-port <PORT>'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(message), "{stderr}");
-    assert!(stderr.contains("usage: ch01-devices"), "{stderr}");
-    assert!(out.stdout.is_empty());
+    let stderr = refuses_command_line(EXE, args, message);
+    // clap names the flag and points at --help.
+    assert!(stderr.contains("try '--help'"), "{stderr}");
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("--help")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch01-devices"));
+    assert!(prints_help(EXE, "--help").contains("Usage: ch01-devices"));
 }

@@ -24,14 +24,19 @@
 //! Run it: `cargo lab run 02`. It takes no arguments.
 
 use std::process::ExitCode;
+
+use clap::Parser;
 use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
+// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
+// `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
+// expected one.
+use lab::course::{connected_pair, expect, wait_for_err};
 use lab::say;
 use lab::show;
 use lab::{
-    AccessFlags, CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState,
-    QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, QpState, RecvWr, SendWr, WcStatus, WorkCompletion,
 };
 
 /// Every wait for a completion ends by this deadline (generous: the lab may run under TCG).
@@ -41,38 +46,25 @@ const QUIET: Duration = Duration::from_millis(300);
 const MR_LEN: usize = 4096;
 const MESSAGE: &[u8] = b"hello from PD A";
 
-const USAGE: &str = "usage: ch02-protection-domain
-  takes no arguments; the device is $LAB_DEVICE, else the first one
-  -h, --help   this text";
+/// The command line: no options; the device is $LAB_DEVICE, else the first one.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch02-protection-domain",
+    about = "Protection domains as isolation boundaries (no options; the device is \
+             $LAB_DEVICE, else the first one)"
+)]
+struct Args {}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        None => {}
-        Some("-h" | "--help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => {
-            eprintln!("ch02-protection-domain: unexpected argument {other:?}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ch02-protection-domain: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    // clap: `--help`, and a clear message with exit status 2 for any argument.
+    Args::parse();
+    lab::course::exit_code_of("ch02-protection-domain", run())
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// Fails the chapter (exit status 1) with a message when an observation is not the expected one.
-fn expect(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
-    if ok { Ok(()) } else { Err(what().into()) }
-}
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch02-protection-domain: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 fn run() -> Res<()> {
     println!("ch02-protection-domain: protection domains as isolation boundaries");
@@ -186,7 +178,7 @@ fn run() -> Res<()> {
          exist (lkey 0 gives the same status); LOC_PROT_ERR is for a valid key with an address \
          outside its MR"
     );
-    let sender_state = wait_for_err(&sender)?;
+    let sender_state = wait_for_err(&sender, DEADLINE)?;
     say!(
         "  sender QP is now {}: one error completion takes the whole QP down",
         sender_state.name()
@@ -263,7 +255,10 @@ fn run() -> Res<()> {
         if untouched { "yes" } else { "NO" }
     );
     expect(untouched, || "MR b was written through a QP of PD A".into())?;
-    let (ws, ts) = (wait_for_err(&writer)?, wait_for_err(&target)?);
+    let (ws, ts) = (
+        wait_for_err(&writer, DEADLINE)?,
+        wait_for_err(&target, DEADLINE)?,
+    );
     say!(
         "  requester QP: {}, responder QP: {} (a remote access error breaks the connection at \
          both ends; rxe raises no async event for it, only the state shows it)",
@@ -340,32 +335,6 @@ fn run() -> Res<()> {
     Ok(())
 }
 
-/// Two RC QPs in `pd`, sender on `cq_s`, receiver on `cq_r`, connected to each other and in
-/// RTS (chapter 05 walks through these transitions one by one).
-fn connected_pair(
-    pd: &ProtectionDomain,
-    cq_s: &CompletionQueue,
-    cq_r: &CompletionQueue,
-    gid: Gid,
-) -> Res<(QueuePair, QueuePair)> {
-    const PSN_S: u32 = 0x000100;
-    const PSN_R: u32 = 0x000200;
-    let s = pd.create_qp(&QpInitAttr::rc(cq_s, cq_s))?;
-    let r = pd.create_qp(&QpInitAttr::rc(cq_r, cq_r))?;
-    let (qs, qr) = (s.qp_num(), r.qp_num());
-    let s = s.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(qr, PSN_R, gid),
-        &RtsAttr::new(PSN_S),
-    )?;
-    let r = r.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(qs, PSN_S, gid),
-        &RtsAttr::new(PSN_R),
-    )?;
-    Ok((s, r))
-}
-
 /// Prints one completion: who, wr_id, status by name and number, `ibv_wc_status_str`.
 fn report(who: &str, wc: &WorkCompletion) {
     say!(
@@ -387,19 +356,4 @@ fn nothing_arrives(cq: &CompletionQueue, quiet: Duration) -> Res<bool> {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(true)
-}
-
-/// The state of a QP that should be in ERR. rxe moves a QP to ERR just *after* it queues the
-/// error completion (and a responder on its own, after sending the NAK), so a program that
-/// queries right after polling can still see RTS for an instant: give it until the deadline,
-/// then report the state it is in.
-fn wait_for_err(qp: &QueuePair) -> Res<QpState> {
-    let start = Instant::now();
-    loop {
-        let s = qp.state()?;
-        if s == QpState::Err || start.elapsed() > DEADLINE {
-            return Ok(s);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }

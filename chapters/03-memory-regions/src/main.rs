@@ -25,17 +25,19 @@
 //! Run it: `cargo lab run 03`. It takes no arguments (`--memlock-child` is the child's role,
 //! used by the chapter itself).
 
+use clap::Parser;
 use std::io::Read;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
+// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
+// `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
+// expected one.
+use lab::course::{connected_pair, expect, wait_for_err};
 use lab::say;
 use lab::show::{self, Align, Table};
-use lab::{
-    AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, ProtectionDomain,
-    QpInitAttr, QpState, QueuePair, RtrAttr, RtsAttr, SendWr, WcStatus,
-};
+use lab::{AccessFlags, Context, MemoryRegion, SendWr, WcStatus};
 
 /// Every wait ends by this deadline (generous: the lab may run under TCG).
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -51,40 +53,34 @@ const NOBODY: u32 = 65534;
 /// `CAP_IPC_LOCK`'s bit in /proc/self/status's CapEff (linux/capability.h).
 const CAP_IPC_LOCK: u32 = 14;
 
-const USAGE: &str = "usage: ch03-memory-regions
-  takes no arguments; the device is $LAB_DEVICE, else the first one
-  -h, --help   this text";
+/// The command line: no options; the device is $LAB_DEVICE, else the first one.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch03-memory-regions",
+    about = "Memory regions: access flags, lkey and rkey, the memlock limit (no options; the \
+             device is $LAB_DEVICE, else the first one)"
+)]
+struct Args {
+    /// The hidden role: the child process of step 5 (the chapter starts it itself).
+    #[arg(long, hide = true)]
+    memlock_child: bool,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        None => run(),
-        // The hidden role: the child process of step 5.
-        Some("--memlock-child") if args.len() == 1 => memlock_child(),
-        Some("-h" | "--help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => {
-            eprintln!("ch03-memory-regions: unexpected argument {other:?}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    // clap: `--help`, and a clear message with exit status 2 for any other argument.
+    let args = Args::parse();
+    let result = if args.memlock_child {
+        memlock_child()
+    } else {
+        run()
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ch03-memory-regions: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab::course::exit_code_of("ch03-memory-regions", result)
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// Fails the chapter (exit status 1) with a message when an observation is not the expected one.
-fn expect(ok: bool, what: impl FnOnce() -> String) -> Res<()> {
-    if ok { Ok(()) } else { Err(what().into()) }
-}
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// Prints a failed verb's errno and lab's hint, and checks the errno is the expected one.
 fn report_refusal(e: &lab::Error, expected: i32) -> Res<()> {
@@ -170,7 +166,7 @@ fn run() -> Res<()> {
     let text = b"exported, read-only";
     export.write_from(0, text)?;
     let cq = ctx.create_cq(16, None)?;
-    let (requester, responder) = connected_pair(&pd, &cq, ctx.roce_v2_ipv4_gid(1)?.gid)?;
+    let (requester, responder) = connected_pair(&pd, &cq, &cq, ctx.roce_v2_ipv4_gid(1)?.gid)?;
     let dst = local.sge(0..text.len());
     say!(
         "  READ: our SGE is {} {} (the lkey: our memory, our key); the remote side is {} {} \
@@ -227,8 +223,8 @@ fn run() -> Res<()> {
     say!(
         "    requester QP: {}, responder QP: {} (a remote access error ends the connection; \
          chapter 08 has more of these)",
-        wait_for_err(&requester)?.name(),
-        wait_for_err(&responder)?.name()
+        wait_for_err(&requester, DEADLINE)?.name(),
+        wait_for_err(&responder, DEADLINE)?.name()
     );
     expect(intact, || "the read-only export was written".into())?;
     requester.destroy()?;
@@ -454,41 +450,4 @@ fn status_field(name: &str) -> Res<String> {
     s.lines()
         .find_map(|l| l.strip_prefix(name).map(str::to_string))
         .ok_or_else(|| format!("no {name} in /proc/self/status").into())
-}
-
-/// Two RC QPs in `pd` on one CQ, connected to each other and in RTS (chapter 05).
-fn connected_pair(
-    pd: &ProtectionDomain,
-    cq: &CompletionQueue,
-    gid: Gid,
-) -> Res<(QueuePair, QueuePair)> {
-    const PSN_A: u32 = 0x000100;
-    const PSN_B: u32 = 0x000200;
-    let a = pd.create_qp(&QpInitAttr::rc(cq, cq))?;
-    let b = pd.create_qp(&QpInitAttr::rc(cq, cq))?;
-    let (qa, qb) = (a.qp_num(), b.qp_num());
-    let a = a.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(qb, PSN_B, gid),
-        &RtsAttr::new(PSN_A),
-    )?;
-    let b = b.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(qa, PSN_A, gid),
-        &RtsAttr::new(PSN_B),
-    )?;
-    Ok((a, b))
-}
-
-/// The state of a QP that should be in ERR: rxe moves it there just after queuing the error
-/// completion, so give it until the deadline.
-fn wait_for_err(qp: &QueuePair) -> Res<QpState> {
-    let start = Instant::now();
-    loop {
-        let s = qp.state()?;
-        if s == QpState::Err || start.elapsed() > DEADLINE {
-            return Ok(s);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }

@@ -8,9 +8,8 @@
 //!   the unprivileged child under a 64 KiB memlock limit 1 MiB is ENOMEM while 32 KiB fits.
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch03-memory-regions");
@@ -41,26 +40,15 @@ fn chapter() {
 }
 
 #[rstest]
-#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
-#[case::child_flag_with_extra(&["--memlock-child", "x"], "unexpected argument")]
+#[case::unknown_flag(&["--bogus"], "unexpected argument '--bogus'")]
+#[case::child_flag_with_extra(&["--memlock-child", "x"], "unexpected argument 'x'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(message), "{stderr}");
-    assert!(stderr.contains("usage: ch03-memory-regions"), "{stderr}");
-    assert!(out.stdout.is_empty());
+    let stderr = refuses_command_line(EXE, args, message);
+    // clap names the flag and points at --help.
+    assert!(stderr.contains("try '--help'"), "{stderr}");
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("--help")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch03-memory-regions"));
+    assert!(prints_help(EXE, "--help").contains("Usage: ch03-memory-regions"));
 }

@@ -46,6 +46,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+
 use lab::show;
 use lab::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, CpuTime, Error, InitAttr,
@@ -53,77 +55,43 @@ use lab::{
     WorkCompletion,
 };
 
-const USAGE: &str = "usage: ch04-completion-queues [-n N] [-w W] [--counts]
-  -n, --iters N    RDMA WRITEs per way of waiting (1..=1000000, default 1000)
-  -w, --window W   at most W WRITEs in flight (1..=64, default 16)
-      --counts     also print the figures that vary run to run (polls, events, switches)
-  -h, --help       this text";
-
-/// What the command line asked for.
-#[derive(Debug)]
+/// The command line (clap: `--help` and a clear message with exit status 2 for a bad flag).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch04-completion-queues",
+    about = "Completion queues: busy polling vs completion events, and what each costs"
+)]
 struct Args {
+    /// RDMA WRITEs per way of waiting
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     iters: u64,
+    /// At most W WRITEs in flight (up to the send queue's 64)
+    #[arg(short = 'w', long, value_name = "W", default_value_t = 16,
+          value_parser = window)]
     window: usize,
+    /// Also print the figures that vary run to run (polls, events, switches)
+    #[arg(long)]
     counts: bool,
 }
 
-/// Small, std-only argument parsing: a bad argument is a message and exit status 2, never a
-/// panic.
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-    let mut args = Args {
-        iters: 1000,
-        window: 16,
-        counts: false,
-    };
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "-n" | "--iters" => {
-                let v = value(&a)?;
-                args.iters = match v.parse::<u64>() {
-                    Ok(n) if (1..=1_000_000).contains(&n) => n,
-                    _ => return Err(format!("{a}: {v:?} is not a count in 1..=1000000")),
-                };
-            }
-            "-w" | "--window" => {
-                let v = value(&a)?;
-                args.window = match v.parse::<usize>() {
-                    Ok(n) if (1..=MAX_WINDOW).contains(&n) => n,
-                    _ => return Err(format!("{a}: {v:?} is not a window in 1..={MAX_WINDOW}")),
-                };
-            }
-            "--counts" => args.counts = true,
-            other => return Err(format!("unexpected argument {other:?}")),
-        }
+/// `-w`: a window in 1..=MAX_WINDOW.
+fn window(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_WINDOW).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a window in 1..={MAX_WINDOW}")),
     }
-    Ok(Some(args))
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("ch04-completion-queues: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // lab's errors name the verb, the errno (`EINVAL (22)`) and, for classic mistakes,
-            // a hint on the next line.
-            eprintln!("ch04-completion-queues: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let args = Args::parse();
+    lab::course::exit_code_of("ch04-completion-queues", run(&args))
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch04-completion-queues: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// The send queue's size, and so the largest window.
 const MAX_WINDOW: usize = 64;
@@ -784,21 +752,23 @@ fn teardown(rig: Rig) -> Res<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_args;
+    use super::Args;
+    use clap::Parser;
 
-    fn parse(v: &[&str]) -> Result<Option<super::Args>, String> {
-        parse_args(v.iter().map(|s| s.to_string()))
+    fn parse(v: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("ch04-completion-queues").chain(v.iter().copied()))
     }
 
     #[test]
     fn defaults_and_flags() {
-        let a = parse(&[]).unwrap().unwrap();
+        let a = parse(&[]).unwrap();
         assert_eq!((a.iters, a.window, a.counts), (1000, 16, false));
-        let a = parse(&["-n", "10", "--window", "4", "--counts"])
-            .unwrap()
-            .unwrap();
+        let a = parse(&["-n", "10", "--window", "4", "--counts"]).unwrap();
         assert_eq!((a.iters, a.window, a.counts), (10, 4, true));
-        assert!(parse(&["--help"]).unwrap().is_none());
+        assert_eq!(
+            parse(&["--help"]).unwrap_err().kind(),
+            clap::error::ErrorKind::DisplayHelp
+        );
     }
 
     #[test]
@@ -810,7 +780,7 @@ mod tests {
             &["-w", "65"],
             &["--frobnicate"],
         ] {
-            assert!(parse(bad).is_err(), "{bad:?}");
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
     }
 }

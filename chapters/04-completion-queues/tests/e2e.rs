@@ -7,9 +7,8 @@
 //! - `counts`: `--counts` adds the run-dependent figures (asserted, not snapshotted).
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
-use std::process::Command;
-
 use harness::testing::run_chapter;
+use harness::testing_cli::{prints_help, refuses_command_line};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch04-completion-queues");
@@ -77,29 +76,18 @@ fn counts() {
 }
 
 #[rstest]
-#[case::unknown_flag(&["--bogus"], "unexpected argument \"--bogus\"")]
-#[case::missing_value(&["-n"], "-n needs a value")]
-#[case::zero_iters(&["-n", "0"], "\"0\" is not a count in 1..=1000000")]
-#[case::iters_not_a_number(&["--iters", "many"], "\"many\" is not a count")]
+#[case::unknown_flag(&["--bogus"], "unexpected argument '--bogus'")]
+#[case::missing_value(&["-n"], "a value is required for '--iters <N>'")]
+#[case::zero_iters(&["-n", "0"], "invalid value '0' for '--iters <N>': 0 is not in 1..=1000000")]
+#[case::iters_not_a_number(&["--iters", "many"], "invalid value 'many' for '--iters <N>'")]
 #[case::window_too_big(&["-w", "65"], "\"65\" is not a window in 1..=64")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(message), "{stderr}");
-    assert!(stderr.contains("usage: ch04-completion-queues"), "{stderr}");
-    assert!(out.stdout.is_empty());
+    let stderr = refuses_command_line(EXE, args, message);
+    // clap names the flag and points at --help.
+    assert!(stderr.contains("try '--help'"), "{stderr}");
 }
 
 #[test]
 fn help_prints_usage() {
-    let out = Command::new(EXE)
-        .arg("--help")
-        .output()
-        .expect("run the chapter");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: ch04-completion-queues"));
+    assert!(prints_help(EXE, "--help").contains("Usage: ch04-completion-queues"));
 }

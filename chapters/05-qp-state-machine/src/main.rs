@@ -35,6 +35,8 @@
 //! lab up). No options.
 
 use std::process::ExitCode;
+
+use clap::Parser;
 use std::time::{Duration, Instant};
 
 use lab::show;
@@ -44,33 +46,25 @@ use lab::{
     WorkCompletion, transition,
 };
 
-const USAGE: &str = "usage: ch05-qp-state-machine
-  walks two RC queue pairs through RESET -> INIT -> RTR -> RTS -> ERR -> RESET -> ... RTS
-  and breaks the rules on purpose; takes no options
-  -h, --help   this text";
+/// The command line: no options.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch05-qp-state-machine",
+    about = "Walks two RC queue pairs through RESET -> INIT -> RTR -> RTS -> ERR -> RESET -> ... \
+             RTS and breaks the rules on purpose (no options)"
+)]
+struct Args {}
 
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    if let Some(a) = args.next() {
-        if a == "-h" || a == "--help" {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        eprintln!("ch05-qp-state-machine: unexpected argument {a:?}\n{USAGE}");
-        return ExitCode::from(2);
-    }
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // lab's errors name the verb, the errno (`EINVAL (22)`) and, for classic mistakes,
-            // a hint on the next line.
-            eprintln!("ch05-qp-state-machine: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    // clap: `--help`, and a clear message with exit status 2 for any argument.
+    Args::parse();
+    lab::course::exit_code_of("ch05-qp-state-machine", run())
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
+/// `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and, for classic
+/// mistakes, a hint).
+type Res<T> = lab::course::Outcome<T>;
 
 /// First PSNs of A and B (any 24-bit values), and the new ones after the reset in step 10.
 const PSN_A: u32 = 0x00a000;

@@ -42,11 +42,15 @@
 //! * the server listens *before* it prints "local address:" (that line is the readiness signal
 //!   the harness waits for); the C server prints first and listens after;
 //! * `retry_cnt` and `rnr_retry` are 6, not 7: on rxe 7 means "retry forever"
-//!   (../shared/reference/rxe-6.1-observed.md);
+//!   (docs/rxe-observed.md, "where rxe differs", 1);
 //! * `-m` above the port's active MTU is clamped to it, with a note (between two hosts a
 //!   larger path MTU makes rxe drop the packets silently: chapter 08).
 
+// Errors, one style for every chapter: `.or_fail("Failed to modify QP to RTR")` turns lab's
+// error (the verb, the errno and a hint) into a Failure that starts with rc_pingpong's message
+// for the step; main prints it after `error: ` and exits 1.
 use clap::Parser;
+use lab::course::{Failure, OrFail, Outcome as Result};
 use lab::exchange::{PINGPONG_PORT, PingpongDest, PingpongListener, pingpong_client_exchange};
 use lab::show::{self, Side};
 use lab::{
@@ -54,7 +58,6 @@ use lab::{
     InlineSge, LinkLayer, MemoryRegion, Mtu, ProtectionDomain, QpAttr, QpInitAttr, QpState,
     QueuePair, RecvWr, RtsAttr, SendWr, WorkCompletion, state,
 };
-use std::fmt::Display;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -123,13 +126,7 @@ struct Opts {
 fn main() -> ExitCode {
     // clap prints a usage message and exits with status 2 on bad input (never a panic).
     let opts = Opts::parse();
-    match run(&opts) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::FAILURE
-        }
-    }
+    lab::course::exit_code(run(&opts))
 }
 
 /// What a process needs for the ping-pong besides its QP: rc_pingpong's
@@ -152,11 +149,7 @@ fn run(o: &Opts) -> Result<()> {
     let gid_idx: Option<u8> = o.gid_idx.and_then(|g| g.0);
 
     // ---- init: rc_pingpong's pp_init_ctx --------------------------------------------------
-    let ctx = match &o.ib_dev {
-        Some(name) => Context::open(Some(name)),
-        None => Context::open_default(),
-    }
-    .or_fail("Couldn't get context")?;
+    let ctx = lab::course::open_device(o.ib_dev.as_deref()).or_fail("Couldn't get context")?;
     let port = ctx
         .query_port(o.ib_port)
         .or_fail("Couldn't get port info")?;
@@ -561,7 +554,7 @@ fn plural(n: u32, what: &str) -> String {
 }
 
 /// A random 24-bit starting PSN, like rc_pingpong's `lrand48() & 0xffffff` (the harness
-/// redacts it as `[PSN#n]`). `RandomState` is seeded from the OS for every process.
+/// redacts it as `[PSN#n]`). `RandomState` draws fresh random keys from the OS in every process.
 fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -608,25 +601,6 @@ impl Watchdog {
         } else {
             Ok(())
         }
-    }
-}
-
-// ---- errors: one message per failed step, as rc_pingpong prints them, plus lab's detail -----
-
-/// A failure: the message printed after `error: `, exit status 1.
-struct Failure(String);
-
-type Result<T> = std::result::Result<T, Failure>;
-
-/// `.or_fail("Failed to modify QP to RTR")`: rc_pingpong's message for the step, then lab's
-/// error (the verb, the errno and a hint).
-trait OrFail<T> {
-    fn or_fail(self, what: impl Display) -> Result<T>;
-}
-
-impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
-    fn or_fail(self, what: impl Display) -> Result<T> {
-        self.map_err(|e| Failure(format!("{what}: {e}")))
     }
 }
 

@@ -11,8 +11,8 @@
 
 use harness::Topology;
 use harness::testing::{Role, Transcript, run_chapter, run_roles};
+use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
-use std::process::Command;
 
 const PKG: &str = "ch06-pingpong";
 const EXE: &str = env!("CARGO_BIN_EXE_ch06-pingpong");
@@ -223,17 +223,9 @@ fn bad_flow_no_gid_on_roce() {
 #[case::two_hosts(&["host-a", "host-b"], "unexpected argument 'host-b'")]
 #[case::unknown_flag(&["-x"], "unexpected argument '-x'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .env_remove("LAB_GUEST")
-        .output()
-        .expect("run the chapter binary");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert!(stderr.contains(message), "stderr: {stderr}");
+    let stderr = refuses_command_line(EXE, args, message);
     assert!(
         stderr.contains("Usage") || stderr.contains("--help"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty(), "nothing on stdout: no step ran");
 }

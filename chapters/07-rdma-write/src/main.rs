@@ -2,10 +2,12 @@
 //!
 //! The server registers a region with `IBV_ACCESS_REMOTE_WRITE` and tells the client where it
 //! is: `(addr, len, rkey)`. The client then writes into that memory with `IBV_WR_RDMA_WRITE`.
-//! The server's CPU takes no part: no receive is consumed, **no completion appears on the
+//! The server program takes no part: no receive is consumed, **no completion appears on the
 //! server's CQ**, and the server only learns that something happened because the client says
-//! so over TCP. The chapter shows it: the server polls its CQ after the client's "written"
-//! and finds 0 completions, yet the bytes are in its memory.
+//! so over TCP. (On rxe the server's *kernel* does the work, in software: it receives the
+//! packets, checks the rkey and copies the bytes; on a hardware NIC the adapter does it.)
+//! The chapter shows it: the server polls its CQ after the client's "written" and finds 0
+//! completions, yet the bytes are in its memory.
 //!
 //! Then `IBV_WR_RDMA_WRITE_WITH_IMM`: the same one-sided write, plus a 32-bit immediate value
 //! that *does* consume a receive the server posted and gives it a completion,
@@ -19,9 +21,9 @@
 //! Run it: `cargo lab run 07`, or in the lab: `ch07-rdma-write --server` in one shell and
 //! `ch07-rdma-write --connect 127.0.0.1` in another.
 //!
-//! ## The seed's mistakes (001 §4), and what really happens on rxe
+//! ## Common claims about one-sided operations, and what really happens on rxe
 //!
-//! Tutorials get one-sided operations wrong in four classic ways. `--mistake NAME` reproduces
+//! Tutorials often get one-sided operations wrong in four classic ways. `--mistake NAME` reproduces
 //! each one (both roles accept the flag; the role it concerns acts on it):
 //!
 //! * **`lkey0`**: posting the WRITE from a buffer that was never registered, with `lkey = 0`
@@ -35,16 +37,19 @@
 //! * **`skip-rtr`**: INIT -> RTS directly. `ibv_modify_qp` refuses with `EINVAL (22)`: a QP
 //!   must learn its peer (RTR) before it may send (RTS).
 //! * **`wait-target-cq`**: the server waiting for a completion after a plain WRITE. None ever
-//!   comes (the seed's server hangs forever); here the wait has a 2 s deadline and fails.
+//!   comes (a server written that way hangs forever); here the wait has a 2 s deadline and
+//!   fails.
 
+// Errors, one style for every chapter: `.or_fail("cannot move the QP to RTR")` turns lab's
+// error (the verb, the errno and a hint) into a Failure; main prints it after `error: `.
 use clap::{Parser, ValueEnum};
+use lab::course::{Failure, OrFail, Outcome as Result};
 use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
 use lab::show;
 use lab::{
     AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, QpAttr, QpInitAttr,
     QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WorkCompletion, state,
 };
-use std::fmt::Display;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -92,12 +97,12 @@ struct Opts {
     #[arg(long, value_name = "secs", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86400))]
     timeout: u64,
-    /// Reproduce one of the seed's mistakes (see the README)
+    /// Reproduce a common mistake about one-sided operations (see the README)
     #[arg(long, value_enum, value_name = "name")]
     mistake: Option<Mistake>,
 }
 
-/// The seed's mistakes this chapter can reproduce.
+/// The common mistakes this chapter can reproduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mistake {
     /// Client: WRITE from an unregistered buffer with lkey 0
@@ -110,17 +115,10 @@ enum Mistake {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    let result = match &o.connect {
+    lab::course::exit_code(match &o.connect {
         Some(host) => client(&o, host),
         None => server(&o),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// What both roles set up the same way: device, GID, PD, CQ, and an RC QP in INIT.
@@ -134,16 +132,12 @@ struct Setup {
 }
 
 fn open(o: &Opts, role: &str, qp_access: AccessFlags) -> Result<Setup> {
-    let ctx = match &o.ib_dev {
-        Some(name) => Context::open(Some(name)),
-        None => Context::open_default(),
-    }
-    .or_fail("open the device")?;
+    let ctx = lab::course::open_device(o.ib_dev.as_deref()).or_fail("cannot open the device")?;
     let gid = match o.gid_idx {
         Some(i) => ctx.query_gid(o.ib_port, u32::from(i)),
         None => ctx.roce_v2_ipv4_gid(o.ib_port),
     }
-    .or_fail("find our GID")?;
+    .or_fail("cannot find our GID")?;
     println!(
         "step 1: {role}: open {} port {}, GID index {} ({})",
         ctx.name(),
@@ -151,17 +145,17 @@ fn open(o: &Opts, role: &str, qp_access: AccessFlags) -> Result<Setup> {
         gid.index,
         show::gid(&gid.gid.raw())
     );
-    let pd = ctx.alloc_pd().or_fail("allocate a PD")?;
-    let cq = ctx.create_cq(16, None).or_fail("create a CQ")?;
+    let pd = ctx.alloc_pd().or_fail("cannot allocate a PD")?;
+    let cq = ctx.create_cq(16, None).or_fail("cannot create a CQ")?;
     let qp = pd
         .create_qp(&QpInitAttr::rc(&cq, &cq))
-        .or_fail("create the QP")?
+        .or_fail("cannot create the QP")?
         .to_init(&InitAttr {
             port: o.ib_port,
             pkey_index: 0,
             access: qp_access,
         })
-        .or_fail("move the QP to INIT")?;
+        .or_fail("cannot move the QP to INIT")?;
     Ok(Setup {
         qp,
         cq,
@@ -180,9 +174,9 @@ fn connect(o: &Opts, s: Setup, peer: &Endpoint) -> Result<(QueuePair<state::Rts>
     }
     let qp =
         s.qp.to_rtr(&rtr)
-            .or_fail("move the QP to RTR")?
+            .or_fail("cannot move the QP to RTR")?
             .to_rts(&RtsAttr::new(s.psn))
-            .or_fail("move the QP to RTS")?;
+            .or_fail("cannot move the QP to RTS")?;
     Ok((
         qp,
         Setup2 {
@@ -227,7 +221,7 @@ fn server(o: &Opts) -> Result<()> {
             REGION_LEN,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )
-        .or_fail("register the region")?;
+        .or_fail("cannot register the region")?;
     let region = mr.remote();
     println!(
         "step 2: register a {REGION_LEN}-byte region with IBV_ACCESS_LOCAL_WRITE | \
@@ -240,15 +234,18 @@ fn server(o: &Opts) -> Result<()> {
     // One receive, for the WRITE_WITH_IMM to come. It needs no buffer at all (0 SGEs): the
     // data goes where the writer says; the receive only provides the completion.
     s.qp.post_recv_one(RecvWr::new(1, &[]))
-        .or_fail("post a receive")?;
+        .or_fail("cannot post a receive")?;
     println!(
         "step 3: create a CQ and an RC QP that accepts remote writes; post 1 receive with no \
          buffer (a plain WRITE consumes none; WRITE_WITH_IMM consumes one)"
     );
 
-    let listener = Listener::bind(o.port).or_fail(format!("listen on TCP port {}", o.port))?;
+    let listener =
+        Listener::bind(o.port).or_fail(format!("cannot listen on TCP port {}", o.port))?;
     println!("step 4: listening on TCP port {} for the client", o.port);
-    let mut oob = listener.accept(timeout).or_fail("accept the client")?;
+    let mut oob = listener
+        .accept(timeout)
+        .or_fail("cannot accept the client")?;
     let peer = from_client(oob.recv_msg(timeout), "receive the client's endpoint")?;
     println!(
         "  client: {} {} {}",
@@ -260,7 +257,7 @@ fn server(o: &Opts) -> Result<()> {
     let me = endpoint("server", &s, vec![region]);
     let (qp, rest) = connect(o, s, &peer)?;
     oob.send_msg(&me, timeout)
-        .or_fail("send our endpoint and region")?;
+        .or_fail("cannot send our endpoint and region")?;
     println!(
         "step 5: QP connected (RTR, RTS); sent the client our {}, {} and the region ({}, len={}, \
          {})",
@@ -278,7 +275,7 @@ fn server(o: &Opts) -> Result<()> {
     )?;
     println!("step 6: the client says \"written\" (over TCP: the NIC told us nothing)");
     if o.mistake == Some(Mistake::WaitTargetCq) {
-        // The seed's server: "wait for the write to complete". It would wait forever.
+        // A common claim: the server "waits for the write to complete". It would wait forever.
         let wait = Duration::from_secs(2);
         println!("mistake wait-target-cq: wait for a completion of the client's WRITE ...");
         let mut wc = [WorkCompletion::default()];
@@ -316,15 +313,15 @@ fn server(o: &Opts) -> Result<()> {
         ));
     }
     oob.send_line("cq-checked", timeout)
-        .or_fail("tell the client to go on")?;
+        .or_fail("cannot tell the client to go on")?;
 
     // ---- WRITE_WITH_IMM: the same write, plus a completion for us ---------------------------
     let wc = rest
         .cq
         .wait_one(timeout)
-        .or_fail("wait for the WRITE_WITH_IMM's completion")?
+        .or_fail("cannot wait for the WRITE_WITH_IMM's completion")?
         .ok()
-        .or_fail("complete the receive of the WRITE_WITH_IMM")?;
+        .or_fail("cannot complete the receive of the WRITE_WITH_IMM")?;
     let imm = wc.imm();
     println!(
         "step 8: a completion: {}, {}, imm=0x{:08x}, byte_len={}, flags {} (it consumed our \
@@ -344,7 +341,7 @@ fn server(o: &Opts) -> Result<()> {
     // byte_len of a *receive-side* completion is defined: how many bytes were written.
     let mut landed = vec![0u8; wc.byte_len as usize];
     mr.read_into(IMM_OFFSET, &mut landed)
-        .or_fail("read the region")?;
+        .or_fail("cannot read the region")?;
     println!(
         "  at offset {IMM_OFFSET} ({} bytes, from byte_len):",
         wc.byte_len
@@ -360,15 +357,15 @@ fn server(o: &Opts) -> Result<()> {
         &format!("checksums {:08x} {:08x}", fnv1a(&written), fnv1a(&landed)),
         timeout,
     )
-    .or_fail("send the checksums")?;
+    .or_fail("cannot send the checksums")?;
     from_client(
         oob.expect_line("done", timeout),
         "wait for the client's \"done\"",
     )?;
     println!("step 9: sent the client our checksums; it says \"done\"");
 
-    qp.destroy().or_fail("destroy the QP")?;
-    mr.dereg().or_fail("deregister the region")?;
+    qp.destroy().or_fail("cannot destroy the QP")?;
+    mr.dereg().or_fail("cannot deregister the region")?;
     close(rest)?;
     println!("step 10: destroy the QP, deregister the region, destroy the CQ, free the PD");
     Ok(())
@@ -381,7 +378,7 @@ fn from_client<T>(r: std::result::Result<T, ExchangeError>, what: &str) -> Resul
         Err(ExchangeError::PeerClosed { .. }) => Err(Failure(format!(
             "cannot {what}: the client closed the connection (did it fail? see its output)"
         ))),
-        other => other.or_fail(what),
+        other => other.or_fail(format!("cannot {what}")),
     }
 }
 
@@ -392,7 +389,7 @@ fn quiet_poll(cq: &CompletionQueue, d: Duration) -> Result<usize> {
     let mut wcs = [WorkCompletion::default(); 4];
     let mut n = 0;
     while start.elapsed() < d {
-        n += cq.poll_into(&mut wcs).or_fail("poll the CQ")?;
+        n += cq.poll_into(&mut wcs).or_fail("cannot poll the CQ")?;
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(n)
@@ -403,7 +400,8 @@ fn quiet_poll(cq: &CompletionQueue, d: Duration) -> Result<usize> {
 fn read_cstr(mr: &MemoryRegion, offset: usize) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; REGION_LEN - offset];
     // Volatile reads: the NIC changed this memory behind the compiler's back.
-    mr.read_into(offset, &mut buf).or_fail("read the region")?;
+    mr.read_into(offset, &mut buf)
+        .or_fail("cannot read the region")?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     buf.truncate(end);
     Ok(buf)
@@ -427,7 +425,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     // it needs no access flag: local read access is implied.
     let mut src =
         s.pd.reg_mr(REGION_LEN, AccessFlags::empty())
-            .or_fail("register the source buffer")?;
+            .or_fail("cannot register the source buffer")?;
     src.as_mut_slice()[..MSG_WRITE.len()].copy_from_slice(MSG_WRITE.as_bytes());
     src.as_mut_slice()[IMM_OFFSET..IMM_OFFSET + MSG_IMM.len()].copy_from_slice(MSG_IMM.as_bytes());
     println!(
@@ -438,7 +436,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
 
     let me = endpoint("client", &s, vec![]);
     let (mut oob, server) = OobStream::connect_exchange(host, o.port, &me, timeout)
-        .or_fail(format!("exchange endpoints with {host}:{}", o.port))?;
+        .or_fail(format!("cannot exchange endpoints with {host}:{}", o.port))?;
     let Some(&region) = server.regions.first() else {
         return Err(Failure("the server sent no region".into()));
     };
@@ -464,7 +462,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     };
 
     if o.mistake == Some(Mistake::SkipRtr) {
-        // The seed: "INIT -> RTS, RTR is only for receiving". ibv_modify_qp says otherwise.
+        // A common claim: "INIT -> RTS, RTR is only for receiving". ibv_modify_qp says otherwise.
         println!("mistake skip-rtr: move the QP from INIT straight to RTS ...");
         let attr = QpAttr::new()
             .state(QpState::Rts)
@@ -487,18 +485,18 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     // ---- RDMA WRITE ------------------------------------------------------------------------
     let unregistered = MSG_WRITE.as_bytes().to_vec();
     let sge = [if o.mistake == Some(Mistake::Lkey0) {
-        // The seed: "just pass the buffer's address; lkey 0 is fine for a local buffer".
+        // A common claim: "just pass the buffer's address; lkey 0 is fine for a local buffer".
         println!("mistake lkey0: post the WRITE from an unregistered buffer with lkey 0 ...");
         Sge::raw(unregistered.as_ptr() as u64, unregistered.len() as u32, 0)
     } else {
         src.sge(0..MSG_WRITE.len())
     }];
     qp.post_send_one(SendWr::write(1, &sge, dst_write, region.rkey))
-        .or_fail("post the RDMA WRITE")?;
+        .or_fail("cannot post the RDMA WRITE")?;
     let wc = rest
         .cq
         .wait_one(timeout)
-        .or_fail("wait for the WRITE's completion")?;
+        .or_fail("cannot wait for the WRITE's completion")?;
     if o.mistake == Some(Mistake::Lkey0) {
         return Err(Failure(format!(
             "the WRITE completed with {}: {}\n  hint: every SGE needs the lkey of a registered \
@@ -507,7 +505,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
             wc.status.explanation()
         )));
     }
-    let wc = wc.ok().or_fail("complete the RDMA WRITE")?;
+    let wc = wc.ok().or_fail("cannot complete the RDMA WRITE")?;
     // Note what is NOT printed: wc.byte_len. For an RDMA WRITE's requester completion it is
     // not defined (rxe happens to fill it; nothing promises that).
     println!(
@@ -519,21 +517,21 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         wc.status
     );
     oob.send_line("written", timeout)
-        .or_fail("tell the server \"written\"")?;
+        .or_fail("cannot tell the server \"written\"")?;
     oob.expect_line("cq-checked", timeout)
-        .or_fail("wait for the server's \"cq-checked\"")?;
+        .or_fail("cannot wait for the server's \"cq-checked\"")?;
     println!("step 6: told the server \"written\" over TCP; it checked its CQ");
 
     // ---- RDMA WRITE_WITH_IMM -----------------------------------------------------------------
     let sge = [src.sge(IMM_OFFSET..IMM_OFFSET + MSG_IMM.len())];
     qp.post_send_one(SendWr::write_with_imm(2, &sge, dst_imm, region.rkey, IMM))
-        .or_fail("post the RDMA WRITE_WITH_IMM")?;
+        .or_fail("cannot post the RDMA WRITE_WITH_IMM")?;
     let wc = rest
         .cq
         .wait_one(timeout)
-        .or_fail("wait for the WRITE_WITH_IMM's completion")?
+        .or_fail("cannot wait for the WRITE_WITH_IMM's completion")?
         .ok()
-        .or_fail("complete the RDMA WRITE_WITH_IMM")?;
+        .or_fail("cannot complete the RDMA WRITE_WITH_IMM")?;
     println!(
         "step 7: RDMA WRITE_WITH_IMM of {} bytes to {} with imm=0x{IMM:08x}: our completion is \
          {}, {}",
@@ -546,7 +544,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     // ---- did the bytes arrive intact? -------------------------------------------------------
     let line = oob
         .recv_line(timeout)
-        .or_fail("receive the server's checksums")?;
+        .or_fail("cannot receive the server's checksums")?;
     let want = format!(
         "checksums {:08x} {:08x}",
         fnv1a(MSG_WRITE.as_bytes()),
@@ -557,24 +555,25 @@ fn client(o: &Opts, host: &str) -> Result<()> {
             "the server's checksums {line:?} differ from ours {want:?}"
         )));
     }
-    oob.send_line("done", timeout).or_fail("send \"done\"")?;
+    oob.send_line("done", timeout)
+        .or_fail("cannot send \"done\"")?;
     println!(
         "step 8: the server's checksums match ours (fnv1a=0x{:08x}, fnv1a=0x{:08x}); sent \"done\"",
         fnv1a(MSG_WRITE.as_bytes()),
         fnv1a(MSG_IMM.as_bytes())
     );
 
-    qp.destroy().or_fail("destroy the QP")?;
-    src.dereg().or_fail("deregister the source buffer")?;
+    qp.destroy().or_fail("cannot destroy the QP")?;
+    src.dereg().or_fail("cannot deregister the source buffer")?;
     close(rest)?;
     println!("step 9: destroy the QP, deregister the buffer, destroy the CQ, free the PD");
     Ok(())
 }
 
 fn close(rest: Setup2) -> Result<()> {
-    rest.cq.destroy().or_fail("destroy the CQ")?;
-    rest.pd.dealloc().or_fail("free the PD")?;
-    rest.ctx.close().or_fail("close the device")?;
+    rest.cq.destroy().or_fail("cannot destroy the CQ")?;
+    rest.pd.dealloc().or_fail("cannot free the PD")?;
+    rest.ctx.close().or_fail("cannot close the device")?;
     Ok(())
 }
 
@@ -591,21 +590,4 @@ fn random_psn() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     (h.finish() & 0xff_ffff) as u32
-}
-
-/// A failure: the message printed after `error: `, exit status 1.
-struct Failure(String);
-
-type Result<T> = std::result::Result<T, Failure>;
-
-/// `.or_fail("move the QP to RTR")`: what we were doing, then lab's error (the verb, the
-/// errno and a hint).
-trait OrFail<T> {
-    fn or_fail(self, what: impl Display) -> Result<T>;
-}
-
-impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
-    fn or_fail(self, what: impl Display) -> Result<T> {
-        self.map_err(|e| Failure(format!("cannot {what}: {e}")))
-    }
 }

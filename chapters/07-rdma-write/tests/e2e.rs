@@ -3,15 +3,15 @@
 //!
 //! * `chapter`: the run `cargo lab run 07` does: a plain RDMA WRITE that leaves the server's CQ
 //!   empty, then a WRITE_WITH_IMM that completes there with the immediate;
-//! * `mistake`: the seed's mistakes reproduced with `--mistake` (appended to both roles, as
+//! * `mistake`: the common mistakes reproduced with `--mistake` (appended to both roles, as
 //!   `cargo lab run 07 -- --mistake lkey0` does), each with the exact status or errno;
 //! * `bad_flow_garbage_from_server`: a peer that does not speak the lab's exchange;
 //! * `bad_command_line`: refused before any device is touched (runs on the host).
 
 use harness::Topology;
 use harness::testing::{Role, run_chapter, run_roles};
+use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
-use std::process::Command;
 
 const PKG: &str = "ch07-rdma-write";
 const EXE: &str = env!("CARGO_BIN_EXE_ch07-rdma-write");
@@ -94,13 +94,5 @@ fn bad_flow_garbage_from_server() {
 #[case::zero_timeout(&["--server", "--timeout", "0"], "invalid value '0'")]
 #[case::bad_port(&["--server", "--port", "http"], "invalid value 'http'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .env_remove("LAB_GUEST")
-        .output()
-        .expect("run the chapter binary");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert!(stderr.contains(message), "stderr: {stderr}");
-    assert!(out.stdout.is_empty(), "nothing on stdout: no step ran");
+    refuses_command_line(EXE, args, message);
 }

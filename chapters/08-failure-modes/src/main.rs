@@ -3,9 +3,9 @@
 //! People learn RDMA from its failures. Each *case* of this chapter makes one classic mistake
 //! on purpose, on a real rxe device, and shows what really happens: the completion status or
 //! errno (name and number), what `lab`'s status table says causes it, which QP went to ERR,
-//! and the fix. Every observation is checked against what
-//! `../shared/reference/rxe-6.1-observed.md` recorded for Linux 6.1's rxe; any difference
-//! is printed as `MISMATCH` and the program exits non-zero.
+//! and the fix. Every observation is checked against what `docs/rxe-observed.md` records for
+//! Linux 6.1's rxe (a unit test below keeps this file's expected outcomes and that table
+//! equal); any difference is printed as `MISMATCH` and the program exits non-zero.
 //!
 //! Verbs: nothing new. The cases break the rules of the verbs you already know:
 //! `ibv_reg_mr` access flags, keys and bounds (cases 1-4, 13, 16), `ibv_post_send` before
@@ -34,6 +34,9 @@ mod rig;
 
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+
 use report::Report;
 use rig::R;
 
@@ -49,7 +52,7 @@ pub struct Case {
     pub run: fn(&mut Report) -> R<()>,
 }
 
-/// The cases, in the order of the course (the numbers of issue 5 and of the observed doc).
+/// The cases, in the order of the course: the numbers and names of `docs/rxe-observed.md`.
 pub const CASES: &[Case] = &[
     Case {
         name: "remote-access",
@@ -149,16 +152,43 @@ pub const CASES: &[Case] = &[
     },
 ];
 
-const USAGE: &str = "\
-usage: ch08-failure-modes <case>|all       run one case, or every case in order
-       ch08-failure-modes --list           the cases, one line each
-       ch08-failure-modes mtu-too-large --serve [--port N]          node a of the pair
-       ch08-failure-modes mtu-too-large --connect <addr> [--port N] node b of the pair";
+/// The command line (clap: `--help`, and a clear message with exit status 2 for a bad one).
+#[derive(Parser, Debug)]
+#[command(
+    name = "ch08-failure-modes",
+    about = "Failure modes, reproduced on purpose: 16 classic mistakes and what rxe produces",
+    after_help = "\
+Examples:
+  ch08-failure-modes all                                       every case, in order
+  ch08-failure-modes bad-rkey                                  one case
+  ch08-failure-modes --list                                    the cases, one line each
+  ch08-failure-modes mtu-too-large --serve [--port N]          node a of the pair
+  ch08-failure-modes mtu-too-large --connect <addr> [--port N] node b of the pair"
+)]
+struct Args {
+    /// A case (see --list), or `all` for every case in order
+    #[arg(value_name = "CASE", required_unless_present_any = ["list", "memlock_child"])]
+    case: Option<String>,
+    /// List the cases, one line each
+    #[arg(long, conflicts_with = "case")]
+    list: bool,
+    /// mtu-too-large only: serve node a of the pair topology
+    #[arg(long, conflicts_with = "connect")]
+    serve: bool,
+    /// mtu-too-large only: connect to node a at <addr> (node b of the pair)
+    #[arg(long, value_name = "addr")]
+    connect: Option<String>,
+    /// mtu-too-large only: the TCP port of the exchange [default: 18508]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    port: Option<u16>,
+    /// Hidden: the memlock case re-runs this program as its own child (see cases/memlock.rs).
+    #[arg(long = "memlock-child", value_name = "WHO", hide = true)]
+    memlock_child: Option<String>,
+}
 
 /// What the command line asks for.
 enum Command {
     List,
-    Help,
     All,
     One(&'static Case),
     MtuServe { port: u16 },
@@ -166,65 +196,42 @@ enum Command {
     MemlockChild { who: String },
 }
 
-fn parse(args: &[String]) -> Result<Command, String> {
-    let Some(first) = args.first() else {
-        return Err("missing a case name".into());
-    };
-    match first.as_str() {
-        "--list" | "list" | "all" if args.len() > 1 => {
-            return Err(format!("{first} takes no options (got {:?})", args[1]));
-        }
-        "--list" | "list" => return Ok(Command::List),
-        "-h" | "--help" | "help" => return Ok(Command::Help),
-        "all" => return Ok(Command::All),
-        // Hidden: the memlock case re-runs this program as its own child (see cases/memlock.rs).
-        cases::memlock::CHILD_FLAG => {
-            return Ok(Command::MemlockChild {
-                who: args.get(1).cloned().unwrap_or_default(),
-            });
-        }
-        _ => {}
+/// What clap cannot check by itself: the case name, and options that only mtu-too-large takes.
+fn command(a: Args) -> Result<Command, String> {
+    if let Some(who) = a.memlock_child {
+        return Ok(Command::MemlockChild { who });
     }
-    let case = CASES.iter().find(|c| c.name == first).ok_or_else(|| {
-        format!("unknown case {first:?}; `ch08-failure-modes --list` shows the cases")
+    if a.list {
+        return Ok(Command::List);
+    }
+    let name = a.case.unwrap_or_default();
+    let has_options = a.serve || a.connect.is_some() || a.port.is_some();
+    if name == "all" {
+        if has_options {
+            return Err(
+                "all takes no options; only mtu-too-large has --serve/--connect/--port".into(),
+            );
+        }
+        return Ok(Command::All);
+    }
+    let case = CASES.iter().find(|c| c.name == name).ok_or_else(|| {
+        format!("unknown case {name:?}; `ch08-failure-modes --list` shows the cases")
     })?;
-    let rest = &args[1..];
-    if rest.is_empty() {
+    if case.name != "mtu-too-large" {
+        if has_options {
+            return Err(format!(
+                "case {} takes no options; only mtu-too-large has --serve/--connect/--port",
+                case.name
+            ));
+        }
         return Ok(Command::One(case));
     }
-    if case.name != "mtu-too-large" {
-        return Err(format!(
-            "case {} takes no options (got {:?}); only mtu-too-large has --serve/--connect",
-            case.name, rest[0]
-        ));
-    }
-    let mut serve = false;
-    let mut connect = None;
-    let mut port = cases::mtu_too_large::DEFAULT_PORT;
-    let mut it = rest.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--serve" => serve = true,
-            "--connect" => {
-                let addr = it.next().ok_or("--connect needs the server's address")?;
-                connect = Some(addr.clone());
-            }
-            "--port" => {
-                let p = it.next().ok_or("--port needs a number")?;
-                port = p
-                    .parse()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("--port {p:?}: expected a TCP port, 1-65535"))?;
-            }
-            other => return Err(format!("unknown option {other:?} for mtu-too-large")),
-        }
-    }
-    match (serve, connect) {
+    let port = a.port.unwrap_or(cases::mtu_too_large::DEFAULT_PORT);
+    match (a.serve, a.connect) {
         (true, None) => Ok(Command::MtuServe { port }),
         (false, Some(addr)) => Ok(Command::MtuConnect { addr, port }),
-        (true, Some(_)) => Err("--serve and --connect exclude each other".into()),
-        (false, None) => Err("--port needs --serve or --connect".into()),
+        (false, None) if a.port.is_some() => Err("--port needs --serve or --connect".into()),
+        _ => Ok(Command::One(case)),
     }
 }
 
@@ -268,19 +275,12 @@ fn run_case(index: usize, case: &Case) -> bool {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let cmd = match parse(&args) {
+    let cmd = match command(Args::parse()) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("ch08-failure-modes: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        // The same form and exit status (2) as clap's own errors.
+        Err(e) => Args::command().error(ErrorKind::InvalidValue, e).exit(),
     };
     let ok = match cmd {
-        Command::Help => {
-            println!("{USAGE}");
-            true
-        }
         Command::List => {
             let width = CASES.iter().map(|c| c.name.len()).max().unwrap_or(0);
             for (i, c) in CASES.iter().enumerate() {
@@ -339,6 +339,56 @@ fn run_role(r: R<bool>) -> bool {
         Err(e) => {
             println!("unexpected error: {e}");
             false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CASES;
+
+    /// The project's record of what rxe does: the table this chapter checks against.
+    const OBSERVED: &str = include_str!("../../../docs/rxe-observed.md");
+
+    /// `(number, name, what rxe produces)` of every row of the record's case table.
+    fn recorded_cases() -> Vec<(String, String, String)> {
+        OBSERVED
+            .lines()
+            .filter_map(|line| {
+                // "| 1 | `remote-access` | outcome | details |": the first three cells count
+                // (the details may hold escaped pipes, `\|`).
+                let cells: Vec<&str> = line.splitn(5, '|').map(str::trim).collect();
+                let ["", num, name, outcome, _] = cells[..] else {
+                    return None;
+                };
+                let name = name.strip_prefix('`')?.strip_suffix('`')?;
+                num.parse::<u32>().ok()?;
+                Some((num.to_string(), name.to_string(), outcome.to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_case_expects_what_docs_rxe_observed_records() {
+        let recorded = recorded_cases();
+        let names: Vec<&str> = recorded.iter().map(|(_, n, _)| n.as_str()).collect();
+        let ours: Vec<&str> = CASES.iter().map(|c| c.name).collect();
+        assert_eq!(
+            names, ours,
+            "docs/rxe-observed.md lists other cases, or another order"
+        );
+        for (i, (case, (num, _, outcome))) in CASES.iter().zip(&recorded).enumerate() {
+            assert_eq!(
+                num,
+                &(i + 1).to_string(),
+                "case {} is numbered {num}",
+                case.name
+            );
+            assert_eq!(
+                case.outcome, outcome,
+                "case {}: the program expects {:?}, docs/rxe-observed.md records {:?}",
+                case.name, case.outcome, outcome
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! How a case prints what it did and checks what it saw.
 //!
 //! Every observation goes through a `check`: it prints the observed value and, if it differs
-//! from what `../shared/reference/rxe-6.1-observed.md` recorded, a `MISMATCH` line. A case
+//! from what `docs/rxe-observed.md` records, a `MISMATCH` line. A case
 //! with any mismatch makes the program exit non-zero, so a change in rxe's behaviour fails
 //! the chapter's test instead of slipping by.
 

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use lab::show;
 use lab::*;
 
-/// What a case returns: `Err` is an *unexpected* failure (a verb that should have worked).
-pub type R<T> = Result<T, Box<dyn std::error::Error>>;
+/// What a case returns: `Err` is an *unexpected* failure (a verb that should have worked),
+/// in the error style of every chapter (`lab::course::Failure`).
+pub type R<T> = lab::course::Outcome<T>;
 
 /// How long to wait for a completion that should come (it takes milliseconds; TCG and a busy
 /// machine can make that much longer).

@@ -3,8 +3,8 @@
 //! input, which needs no device.
 
 use harness::testing::run_chapter;
+use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
-use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch09-memory-pool");
 
@@ -65,20 +65,5 @@ fn pool_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] blocks: us
 #[case::bad_index(&["--connect", "10.77.0.1", "--client-index", "5"], "--client-index 5 is out of range")]
 #[case::not_a_number(&["--server", "--blocks", "many"], "invalid value 'many'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(message),
-        "expected {message:?} in:\n{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(
-        out.stdout.is_empty(),
-        "nothing on stdout: {:?}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    refuses_command_line(EXE, args, message);
 }

@@ -42,14 +42,13 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+// Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
+// `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
+use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
-use lab::{
-    AccessFlags, Context, Error, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RemoteBlock,
-    RemotePool, RtrAttr, RtsAttr,
-};
+use lab::{AccessFlags, Error, QpInitAttr, QpState, RemotePool, RemoteRegion};
 
 const PSN: u32 = 0x000200;
 const CONNECT: Duration = Duration::from_secs(60);
@@ -118,7 +117,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            println!("FAILED: {e:#}");
+            println!("FAILED: {e}");
             ExitCode::FAILURE
         }
     }
@@ -140,17 +139,11 @@ fn set_u64_at(bytes: &mut [u8], i: usize, v: u64) {
 // ---------------------------------------------------------------------------------------------
 // Server (node a)
 
-struct Conn {
-    name: String,
-    qp: QueuePair,
-    oob: OobStream,
-}
-
 fn server(args: &Args) -> Result<bool> {
     let (k, m) = (args.clients as usize, args.iters as u64);
 
     println!("step 1: open the device; can it do atomics?");
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let dev = ctx.query_device()?;
@@ -162,10 +155,9 @@ fn server(args: &Args) -> Result<bool> {
         show::gid(&gid.gid.raw()),
         dev.atomic_cap.name()
     );
-    ensure!(
-        dev.atomic_cap != lab::AtomicCap::None,
-        "this device does not support atomics"
-    );
+    expect(dev.atomic_cap != lab::AtomicCap::None, || {
+        "this device does not support atomics".to_string()
+    })?;
 
     println!("step 2: one MR of 4 blocks x {BLOCK} bytes, with REMOTE_ATOMIC");
     // Without IBV_ACCESS_REMOTE_ATOMIC every atomic on this MR fails with
@@ -176,8 +168,8 @@ fn server(args: &Args) -> Result<bool> {
         | AccessFlags::REMOTE_ATOMIC;
     let mut pool = pd.reg_mr(4 * BLOCK, access)?;
     pool.as_mut_slice().fill(0);
-    let table: Vec<RemoteBlock> = (0..4)
-        .map(|i| RemoteBlock {
+    let table: Vec<RemoteRegion> = (0..4)
+        .map(|i| RemoteRegion {
             addr: pool.addr() + (i * BLOCK) as u64,
             len: BLOCK as u64,
             rkey: pool.rkey(),
@@ -206,37 +198,28 @@ fn server(args: &Args) -> Result<bool> {
         args.port
     );
     let cq = ctx.create_cq(64, None)?;
-    let accept = |what: &str| -> Result<Conn> {
-        let mut oob = listener
-            .accept(CONNECT)
-            .with_context(|| format!("waiting for {what}"))?;
-        let theirs = oob.recv_msg(CONNECT)?;
-        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?.bring_up(
-            &InitAttr::default(),
-            &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
-            &RtsAttr::new(PSN),
-        )?;
-        let me = Endpoint {
-            name: "pool".into(),
-            qpn: qp.qp_num(),
-            psn: PSN,
-            gid: gid.gid.raw(),
-            regions: table.clone(),
-            ..Default::default()
-        };
-        oob.send_msg(&me, CONNECT)?;
-        Ok(Conn {
-            name: theirs.name,
-            qp,
-            oob,
-        })
+    // What every client receives: our QP (its number is filled in per connection), the table.
+    let me = Endpoint {
+        name: "pool".into(),
+        psn: PSN,
+        gid: gid.gid.raw(),
+        regions: table.clone(),
+        ..Default::default()
     };
-    let mut conns: Vec<Conn> = (0..k)
+    let accept = |what: &str| -> Result<Peer> {
+        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+        lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+    };
+    let mut conns: Vec<Peer> = (0..k)
         .map(|i| accept(&format!("client {} of {k}", i + 1)))
         .collect::<Result<_>>()?;
-    conns.sort_by(|a, b| a.name.cmp(&b.name));
+    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
     for c in &conns {
-        println!("  {} connected: our {}", c.name, show::qpn(c.qp.qp_num()));
+        println!(
+            "  {} connected: our {}",
+            c.theirs.name,
+            show::qpn(c.qp.qp_num())
+        );
     }
 
     println!("step 4: run the three phases; each starts when every client is ready for it");
@@ -247,24 +230,24 @@ fn server(args: &Args) -> Result<bool> {
     for phase in ["counter", "lock", "race"] {
         for c in &mut conns {
             loop {
-                let line = c
-                    .oob
-                    .recv_line(WORK)
-                    .with_context(|| format!("waiting for {} to be ready for {phase}", c.name))?;
+                let line = c.oob.recv_line(WORK).or_fail_with(|| {
+                    format!("waiting for {} to be ready for {phase}", c.theirs.name)
+                })?;
                 if let Some(list) = line.strip_prefix("olds ") {
                     for v in list.split(',').filter(|s| !s.is_empty()) {
                         olds.push(
                             v.parse()
-                                .with_context(|| format!("{} sent {v:?}", c.name))?,
+                                .or_fail_with(|| format!("{} sent {v:?}", c.theirs.name))?,
                         );
                     }
                     continue;
                 }
-                ensure!(
-                    line == format!("ready {phase}"),
-                    "{} sent {line:?}, expected \"ready {phase}\"",
-                    c.name
-                );
+                expect(line == format!("ready {phase}"), || {
+                    format!(
+                        "{} sent {line:?}, expected \"ready {phase}\"",
+                        c.theirs.name
+                    )
+                })?;
                 break;
             }
         }
@@ -276,7 +259,7 @@ fn server(args: &Args) -> Result<bool> {
     for c in &mut conns {
         c.oob
             .expect_line("done", WORK)
-            .with_context(|| format!("waiting for {}'s \"done\"", c.name))?;
+            .or_fail_with(|| format!("waiting for {}'s \"done\"", c.theirs.name))?;
     }
     println!("  all {k} clients done");
 
@@ -284,7 +267,7 @@ fn server(args: &Args) -> Result<bool> {
     let mut probe = accept("the misaligned client")?;
     println!(
         "  {} connected: our {}",
-        probe.name,
+        probe.theirs.name,
         show::qpn(probe.qp.qp_num())
     );
     probe.oob.send_line("go", OP)?;
@@ -370,14 +353,7 @@ fn server(args: &Args) -> Result<bool> {
     let n_wc = cq.poll_into(&mut wcs)?;
     ok &= n_wc == 0;
     println!("  our completion queue holds {n_wc} completions (the device did all the work)");
-    println!(
-        "done: {}",
-        if ok {
-            "the counter and the locked record are exact"
-        } else {
-            "something unexpected happened (see above)"
-        }
-    );
+    lab::course::done(ok, "the counter and the locked record are exact");
     Ok(ok)
 }
 
@@ -386,29 +362,27 @@ fn server(args: &Args) -> Result<bool> {
 
 /// A blocking pool client connected to the server (the chapter 09 connection, condensed).
 fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream, u32)> {
-    let ctx = Context::open(std::env::var("LAB_DEVICE").ok().as_deref())?;
+    let ctx = lab::course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
     let mine = Endpoint {
         name: name.into(),
-        qpn: qp.qp_num(),
         psn: PSN,
         gid: gid.gid.raw(),
         ..Default::default()
     };
-    let (oob, srv) = OobStream::connect_exchange(host, args.port, &mine, CONNECT)
-        .with_context(|| format!("exchanging endpoints with the pool server at {host}"))?;
-    ensure!(
+    let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+    let (qp, oob, srv) = (p.qp, p.oob, p.theirs);
+    expect(
         srv.regions.len() == 4 && srv.regions.iter().all(|b| b.len == BLOCK as u64),
-        "the server sent {} blocks; expected 4 of {BLOCK} bytes (is it chapter 10's server?)",
-        srv.regions.len()
-    );
-    let qp = qp.bring_up(
-        &InitAttr::default(),
-        &RtrAttr::new(srv.qpn, srv.psn, Gid(srv.gid)),
-        &RtsAttr::new(PSN),
+        || {
+            format!(
+                "the server sent {} blocks; expected 4 of {BLOCK} bytes (is it chapter 10's server?)",
+                srv.regions.len()
+            )
+        },
     )?;
     // The staging region is where READ data and atomics' old values land.
     let staging = pd.reg_mr(BLOCK, AccessFlags::LOCAL_WRITE)?;
@@ -474,7 +448,7 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
         let give_up = Instant::now() + WORK;
         while pool.compare_swap(LOCK, 0, 0, id)? != 0 {
             if Instant::now() > give_up {
-                bail!("could not take the lock within {WORK:?}");
+                return Err(Failure(format!("could not take the lock within {WORK:?}")));
             }
         }
         read_modify_write(&mut pool, GUARDED, args, me)?;
@@ -500,24 +474,16 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
 
 fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
-    println!("step 1: start {k} client processes, each with its own QP to the pool");
-    // One process per client: copies of this program with `--client-index i`.
-    let mut children = lab::process::spawn_clients(k).context("starting the client processes")?;
-
-    println!("step 2: wait for them; their output, in client order (they ran concurrently)");
-    let mut ok = lab::process::report_clients(&mut children, Instant::now() + WORK + CONNECT);
-
-    println!("step 3: a misaligned atomic (this process, its own QP: \"misaligned\")");
-    ok &= misaligned(args, host)?;
-    println!(
-        "done: {}",
-        if ok {
-            "every client behaved as expected"
-        } else {
-            "something unexpected happened (see above)"
-        }
-    );
-    Ok(ok)
+    // One process per client: copies of this program with `--client-index i`; then this
+    // process posts a misaligned atomic on purpose.
+    lab::course::client_role(
+        k,
+        "--client-index",
+        WORK + CONNECT,
+        &format!("start {k} client processes, each with its own QP to the pool"),
+        "a misaligned atomic (this process, its own QP: \"misaligned\")",
+        || misaligned(args, host),
+    )
 }
 
 /// An atomic must target an 8-byte aligned address. rxe's provider checks it when the work

@@ -2,8 +2,8 @@
 //! b), plus the command line's bad input, which needs no device.
 
 use harness::testing::run_chapter;
+use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
-use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch10-atomics");
 
@@ -87,16 +87,5 @@ fn atomics_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] k: u64,
 #[case::bad_index(&["--connect", "10.77.0.1", "--client-index", "2"], "--client-index 2 is out of range")]
 #[case::negative_delay(&["--server", "--delay-us=-1"], "invalid value '-1' for '--delay-us <DELAY_US>'")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
-    let out = Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("run the chapter");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(message),
-        "expected {message:?} in:\n{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(out.stdout.is_empty());
+    refuses_command_line(EXE, args, message);
 }

@@ -42,34 +42,8 @@ pub const MAX_REGIONS: usize = (MAX_BODY_LEN - BODY_FIXED - MAX_NAME_LEN) / REGI
 const WHAT: &str = "lab message";
 const MAX24: u32 = 0xff_ffff;
 
-/// A remote memory region (or one block of it) that the peer may access with one-sided
-/// operations: RDMA WRITE/READ at `addr..addr+len` with `rkey`, or atomics on 8-byte words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct RemoteRegion {
-    /// Start address in the peer's address space (what `ibv_reg_mr` returned as `addr`).
-    pub addr: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// The remote key the peer's MR (or memory window) grants.
-    pub rkey: u32,
-}
-
-impl RemoteRegion {
-    /// The address one past the end, or `None` if `addr + len` overflows.
-    pub fn end(&self) -> Option<u64> {
-        self.addr.checked_add(self.len)
-    }
-
-    /// The remote address of `offset`, if `offset..offset+len` lies inside the region.
-    /// Use it to bounds-check a one-sided operation before posting it.
-    pub fn addr_of(&self, offset: u64, len: u64) -> Option<u64> {
-        let stop = offset.checked_add(len)?;
-        if stop > self.len {
-            return None;
-        }
-        self.addr.checked_add(offset)
-    }
-}
+// The region itself is a verbs-layer type (it describes an MR); the exchange only carries it.
+pub use crate::mr::RemoteRegion;
 
 /// What one side tells the other about itself: its QP, and the regions it exposes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]

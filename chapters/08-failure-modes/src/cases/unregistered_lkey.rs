@@ -2,7 +2,8 @@
 //!
 //! Every SGE names memory by (address, length, lkey), and the device checks all three
 //! against its table of registered regions before it reads a byte. Tutorials sometimes set
-//! `lkey = 0` for a buffer that was never registered (the seed's client does): that is not
+//! `lkey = 0` for a buffer that was never registered (a common claim: "lkey 0 is fine for a
+//! local buffer"): that is not
 //! "no key", it is a wrong key. On rxe a wrong key and a wrong range give different statuses.
 
 use lab::show;

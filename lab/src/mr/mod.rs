@@ -15,42 +15,12 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
-use crate::exchange::RemoteRegion;
-use crate::flags::flag_set;
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::Sge;
 
-flag_set! {
-    /// `enum ibv_access_flags`: what the memory (or a QP) allows (`ibv_reg_mr(3)`).
-    ///
-    /// `REMOTE_WRITE` and `REMOTE_ATOMIC` require `LOCAL_WRITE` too: without it `ibv_reg_mr`
-    /// fails with EINVAL (the NIC must be allowed to write the memory locally to serve them).
-    pub struct AccessFlags;
-    /// The NIC may write this memory for local operations (RECV, READ responses, atomics).
-    LOCAL_WRITE = 1 => "IBV_ACCESS_LOCAL_WRITE";
-    /// A peer may RDMA WRITE into it (needs `LOCAL_WRITE`).
-    REMOTE_WRITE = 2 => "IBV_ACCESS_REMOTE_WRITE";
-    /// A peer may RDMA READ from it.
-    REMOTE_READ = 4 => "IBV_ACCESS_REMOTE_READ";
-    /// A peer may do atomics on it (needs `LOCAL_WRITE`).
-    REMOTE_ATOMIC = 8 => "IBV_ACCESS_REMOTE_ATOMIC";
-    /// Memory windows may be bound to it.
-    MW_BIND = 16 => "IBV_ACCESS_MW_BIND";
-    /// Remote addresses are offsets from the start of the region.
-    ZERO_BASED = 32 => "IBV_ACCESS_ZERO_BASED";
-    /// On-demand paging (not supported by rxe).
-    ON_DEMAND = 64 => "IBV_ACCESS_ON_DEMAND";
-    /// The memory is backed by huge pages.
-    HUGETLB = 128 => "IBV_ACCESS_HUGETLB";
-    /// Relaxed PCI ordering (accepted and ignored by rxe).
-    RELAXED_ORDERING = 1048576 => "IBV_ACCESS_RELAXED_ORDERING";
-}
+pub(crate) mod access;
 
-impl AccessFlags {
-    /// `LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`: everything the course's
-    /// one-sided chapters need.
-    pub const ALL_REMOTE: AccessFlags = AccessFlags(1 | 2 | 4 | 8);
-}
+pub use access::AccessFlags;
 
 /// The system page size (`sysconf(_SC_PAGESIZE)`).
 pub fn page_size() -> usize {
@@ -308,7 +278,7 @@ impl MemoryRegion {
         unsafe { (*self.pd.pd.as_ptr()).handle }
     }
     /// What to send a peer for one-sided operations: address, length, rkey
-    /// ([`crate::exchange::RemoteRegion`], carried by the lab's exchange message).
+    /// ([`RemoteRegion`], which the lab's exchange message carries).
     pub fn remote(&self) -> RemoteRegion {
         RemoteRegion {
             addr: self.addr(),
@@ -456,6 +426,35 @@ impl MemoryRegion {
         let v = unsafe { std::slice::from_raw_parts(self.base(), len) }.to_vec();
         free_buffer(&self.buf);
         Ok(v)
+    }
+}
+
+/// A remote memory region (or one block of it) that the peer may access with one-sided
+/// operations: RDMA WRITE/READ at `addr..addr+len` with `rkey`, or atomics on 8-byte words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteRegion {
+    /// Start address in the peer's address space (what `ibv_reg_mr` returned as `addr`).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The remote key the peer's MR (or memory window) grants.
+    pub rkey: u32,
+}
+
+impl RemoteRegion {
+    /// The address one past the end, or `None` if `addr + len` overflows.
+    pub fn end(&self) -> Option<u64> {
+        self.addr.checked_add(self.len)
+    }
+
+    /// The remote address of `offset`, if `offset..offset+len` lies inside the region.
+    /// Use it to bounds-check a one-sided operation before posting it.
+    pub fn addr_of(&self, offset: u64, len: u64) -> Option<u64> {
+        let stop = offset.checked_add(len)?;
+        if stop > self.len {
+            return None;
+        }
+        self.addr.checked_add(offset)
     }
 }
 

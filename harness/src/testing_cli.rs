@@ -1,0 +1,67 @@
+//! The command-line checks every chapter's end-to-end test repeats: a bad command line is
+//! refused cleanly, and `--help` prints the usage. They run the chapter's binary on the host,
+//! without a lab: a chapter checks its arguments before it opens a device.
+//!
+//! ```no_run
+//! use harness::testing_cli::{prints_help, refuses_command_line};
+//! const EXE: &str = "target/debug/ch01-devices";
+//! let stderr = refuses_command_line(EXE, &["--bogus"], "unexpected argument");
+//! assert!(stderr.contains("usage: ch01-devices"));
+//! assert!(prints_help(EXE, "--help").starts_with("usage: ch01-devices"));
+//! ```
+
+use std::process::Command;
+
+/// Runs `exe args` outside the lab and asserts that it refuses them the way every chapter
+/// must: exit status 2, `message` on stderr, no panic, and nothing on stdout (no step ran).
+/// Returns stderr, for the chapter's own further checks.
+///
+/// # Panics
+///
+/// When the program cannot be run or any of the above does not hold (this is a test helper).
+pub fn refuses_command_line(exe: &str, args: &[&str], message: &str) -> String {
+    let out = Command::new(exe)
+        .args(args)
+        .env_remove("LAB_GUEST")
+        .output()
+        .unwrap_or_else(|e| panic!("running {exe}: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{exe} {args:?}: expected exit status 2; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(message),
+        "{exe} {args:?}: expected {message:?} in stderr:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{exe} {args:?}: {stderr}");
+    assert!(
+        stdout.is_empty(),
+        "{exe} {args:?}: nothing may be printed on stdout (no step ran), got:\n{stdout}"
+    );
+    stderr
+}
+
+/// Runs `exe flag` (`-h` or `--help`) outside the lab, asserts exit status 0 and a non-empty
+/// stdout, and returns stdout.
+///
+/// # Panics
+///
+/// When the program cannot be run, fails, or prints nothing (this is a test helper).
+pub fn prints_help(exe: &str, flag: &str) -> String {
+    let out = Command::new(exe)
+        .arg(flag)
+        .env_remove("LAB_GUEST")
+        .output()
+        .unwrap_or_else(|e| panic!("running {exe}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{exe} {flag}: expected success; stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.trim().is_empty(), "{exe} {flag}: no usage printed");
+    stdout
+}

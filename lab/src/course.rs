@@ -1,0 +1,342 @@
+//! `lab::course`: the furniture every chapter repeats, so that each chapter's `main.rs` holds
+//! its lesson and nothing else.
+//!
+//! Like the support crate of the Rust book, this module teaches nothing by itself: it is what
+//! the chapters would otherwise copy from one another.
+//!
+//! - **One error style**: a step that fails becomes a [`Failure`], a one-line message that
+//!   says what the program was doing and why it failed (`.or_fail("move the QP to RTR")?`,
+//!   [`expect`] for an observation that is not the expected one; `?` on a `lab` error keeps
+//!   lab's message); `main` prints it after `error: ` and exits 1 ([`exit_code`],
+//!   [`exit_code_of`]).
+//! - **The device**: [`open_device`] opens the device a `-d` flag named, else `$LAB_DEVICE`,
+//!   else the first one.
+//! - **Two QPs in RTS on one device**: [`connected_pair`], for the chapters that need a working
+//!   connection before chapters 05 and 06 take the bring-up apart; [`wait_for_err`] for the
+//!   moment after an error completion when rxe has not yet moved the QP to ERR.
+//! - **Client fan-out**: [`client_role`] (built on [`spawn_copies`] and [`report_copies`])
+//!   starts one copy of the program per client, prints what each one said, in order, then
+//!   runs this process's own part.
+//! - **One RC connection over the lab's exchange**: [`accept_peer`] (server) and
+//!   [`connect_peer`] (client), once chapter 07 has shown the steps.
+//! - [`done`]: the last line of a role.
+
+use std::fmt::{self, Display};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::exchange::{Endpoint, Listener, OobStream};
+use crate::process::Running;
+use crate::qp::state;
+use crate::{
+    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QueuePair,
+    RtrAttr, RtsAttr, qp::QpTypeState,
+};
+
+/// A chapter's failure: the message printed after `error: `, with exit status 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure(s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Failure {
+        Failure(s.to_string())
+    }
+}
+
+/// `?` on a `lab` call: lab's message already names the verb, the errno and a hint.
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+/// `?` on a failed state transition (the QP it hands back is dropped).
+impl<S: QpTypeState> From<crate::qp::TransitionError<S>> for Failure {
+    fn from(e: crate::qp::TransitionError<S>) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+impl From<crate::exchange::ExchangeError> for Failure {
+    fn from(e: crate::exchange::ExchangeError) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+/// What a chapter's step returns: a value, or a [`Failure`].
+pub type Outcome<T = ()> = std::result::Result<T, Failure>;
+
+/// `.or_fail(what)`: turns any error into a [`Failure`] that reads `"{what}: {error}"`, where
+/// `what` says what the program was doing and the error (a `lab::Error`) names the verb, the
+/// errno and a hint.
+pub trait OrFail<T> {
+    fn or_fail(self, what: impl Display) -> Outcome<T>;
+    /// [`or_fail`](OrFail::or_fail) with the message built only on failure.
+    fn or_fail_with<D: Display>(self, what: impl FnOnce() -> D) -> Outcome<T>;
+}
+
+impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
+    fn or_fail(self, what: impl Display) -> Outcome<T> {
+        self.map_err(|e| Failure(format!("{what}: {e}")))
+    }
+    fn or_fail_with<D: Display>(self, what: impl FnOnce() -> D) -> Outcome<T> {
+        self.map_err(|e| Failure(format!("{}: {e}", what())))
+    }
+}
+
+/// Fails the step with the message `what()` when an observation is not the expected one.
+pub fn expect(ok: bool, what: impl FnOnce() -> String) -> Outcome {
+    if ok { Ok(()) } else { Err(Failure(what())) }
+}
+
+/// The end of a chapter's `main`: success is exit status 0; a failure is printed on stderr
+/// as `error: <message>` (the form `ibv_rc_pingpong` uses) and is exit status 1.
+pub fn exit_code(result: Outcome) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// [`exit_code`] for a program that names itself: `<program>: error: <message>`.
+pub fn exit_code_of(program: &str, result: Outcome) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("{program}: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The device a chapter opens: `name` (its `-d` flag) if given, else `$LAB_DEVICE` if set and
+/// not empty, else the first device (`ibv_open_device(3)`).
+pub fn open_device(name: Option<&str>) -> crate::Result<Context> {
+    match name {
+        Some(n) => Context::open(Some(n)),
+        None => Context::open_default(),
+    }
+}
+
+/// The device name [`open_device`] would ask for: `name`, else `$LAB_DEVICE`; `None` means
+/// "the first device".
+pub fn wanted_device(name: Option<&str>) -> Option<String> {
+    name.map(str::to_string)
+        .or_else(|| std::env::var("LAB_DEVICE").ok().filter(|s| !s.is_empty()))
+}
+
+/// Two RC QPs in `pd`, the first completing on `cq_a` and the second on `cq_b` (send and
+/// receive alike), connected to each other through `gid` and in RTS with `lab`'s default
+/// attributes. Chapter 05 walks through these transitions one by one.
+pub fn connected_pair(
+    pd: &ProtectionDomain,
+    cq_a: &CompletionQueue,
+    cq_b: &CompletionQueue,
+    gid: Gid,
+) -> crate::Result<(QueuePair, QueuePair)> {
+    const PSN_A: u32 = 0x000100;
+    const PSN_B: u32 = 0x000200;
+    let a = pd.create_qp(&QpInitAttr::rc(cq_a, cq_a))?;
+    let b = pd.create_qp(&QpInitAttr::rc(cq_b, cq_b))?;
+    let (qa, qb) = (a.qp_num(), b.qp_num());
+    let a = a.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(qb, PSN_B, gid),
+        &RtsAttr::new(PSN_A),
+    )?;
+    let b = b.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(qa, PSN_A, gid),
+        &RtsAttr::new(PSN_B),
+    )?;
+    Ok((a, b))
+}
+
+/// The state of a QP that should be in ERR. rxe moves a QP to ERR just *after* it queues the
+/// error completion (and a responder on its own, after sending the NAK), so a program that
+/// queries right after polling can still see RTS for an instant: this asks again until the
+/// QP is in ERR or `limit` has passed, then returns the state it is in.
+pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> crate::Result<QpState> {
+    let start = Instant::now();
+    loop {
+        let s = qp.state()?;
+        if s == QpState::Err || start.elapsed() > limit {
+            return Ok(s);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One RC queue pair connected to a peer through the lab's TCP exchange: the QP in RTS, the
+/// stream it was set up over (for the chapter's text lines), and what the peer sent.
+#[derive(Debug)]
+pub struct Peer {
+    pub qp: QueuePair,
+    pub oob: OobStream,
+    pub theirs: Endpoint,
+}
+
+/// The server side of a connection (chapter 07 does it by hand): accept one client on
+/// `listener`, read its endpoint, bring `qp` up toward it with `mine.psn`, and only then send
+/// `mine` (its `qpn` set to `qp`'s), so our QP is in RTS before the client learns its number.
+/// Each wait ends after `timeout`; a failure to accept says "waiting for `what`".
+pub fn accept_peer(
+    listener: &Listener,
+    qp: QueuePair<state::Reset>,
+    mine: &Endpoint,
+    what: &str,
+    timeout: Duration,
+) -> Outcome<Peer> {
+    let mut oob = listener
+        .accept(timeout)
+        .or_fail_with(|| format!("waiting for {what}"))?;
+    let theirs = oob.recv_msg(timeout)?;
+    let qp = qp.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
+        &RtsAttr::new(mine.psn),
+    )?;
+    let mine = Endpoint {
+        qpn: qp.qp_num(),
+        ..mine.clone()
+    };
+    oob.send_msg(&mine, timeout)?;
+    Ok(Peer { qp, oob, theirs })
+}
+
+/// The client side: send `mine` (its `qpn` set to `qp`'s) to the server at `host:port`,
+/// receive the server's endpoint, and bring `qp` up toward it with `mine.psn`. A failed
+/// exchange says "exchanging endpoints with `what` at `host`".
+pub fn connect_peer(
+    host: &str,
+    port: u16,
+    qp: QueuePair<state::Reset>,
+    mut mine: Endpoint,
+    what: &str,
+    timeout: Duration,
+) -> Outcome<Peer> {
+    mine.qpn = qp.qp_num();
+    let (oob, theirs) = OobStream::connect_exchange(host, port, &mine, timeout)
+        .or_fail_with(|| format!("exchanging endpoints with {what} at {host}"))?;
+    let qp = qp.bring_up(
+        &InitAttr::default(),
+        &RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid)),
+        &RtsAttr::new(mine.psn),
+    )?;
+    Ok(Peer { qp, oob, theirs })
+}
+
+/// Starts `count` copies of this program, each with this process's arguments plus
+/// `index_flag i` (for example `--client-index 3`), stdin closed, stdout and stderr
+/// collected: one process per client.
+pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running>> {
+    let exe = std::env::current_exe()?;
+    (0..count)
+        .map(|i| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(std::env::args_os().skip(1))
+                .args([index_flag, &i.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            Running::spawn(cmd)
+        })
+        .collect()
+}
+
+/// Waits for each copy (all share one `deadline`) and prints its output in order, each line
+/// prefixed `  [client i]`, then its exit code. Returns whether every copy exited 0.
+pub fn report_copies(children: &mut [Running], deadline: Instant) -> bool {
+    let mut ok = true;
+    for (i, child) in children.iter_mut().enumerate() {
+        let (code, out, err) = child.finish(deadline);
+        for line in out.lines() {
+            println!("  [client {i}] {line}");
+        }
+        for line in err.lines() {
+            println!("  [client {i}] stderr: {line}");
+        }
+        println!("  [client {i}] exit {code}");
+        ok &= code == 0;
+    }
+    ok
+}
+
+/// The client role of a two-node chapter: step 1 starts `count` copies of this program (one
+/// process per client, each told its index by `index_flag`), step 2 waits for them until
+/// `deadline` and prints their output in order, step 3 runs `own_part` in this process (a
+/// client that breaks a rule on purpose), then the `done:` line. Returns whether everything
+/// behaved: every copy exited 0 and `own_part` returned true.
+pub fn client_role(
+    count: u32,
+    index_flag: &str,
+    deadline: Duration,
+    step1: &str,
+    step3: &str,
+    own_part: impl FnOnce() -> Outcome<bool>,
+) -> Outcome<bool> {
+    println!("step 1: {step1}");
+    let mut children = spawn_copies(count, index_flag).or_fail("starting the client processes")?;
+    println!("step 2: wait for them; their output, in client order (they ran concurrently)");
+    let mut ok = report_copies(&mut children, Instant::now() + deadline);
+    println!("step 3: {step3}");
+    ok &= own_part()?;
+    done(ok, "every client behaved as expected");
+    Ok(ok)
+}
+
+/// The last line of a role: `done: <success>` when `ok`, else
+/// `done: something unexpected happened (see above)`.
+pub fn done(ok: bool, success: &str) {
+    println!(
+        "done: {}",
+        if ok {
+            success
+        } else {
+            "something unexpected happened (see above)"
+        }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn or_fail_says_what_and_why() {
+        let r: Result<(), std::io::Error> = Err(std::io::Error::other("it broke"));
+        assert_eq!(
+            r.or_fail("open the device"),
+            Err(Failure("open the device: it broke".into()))
+        );
+        assert_eq!(Ok::<u8, String>(3).or_fail("anything"), Ok(3));
+    }
+
+    #[test]
+    fn wanted_device_prefers_the_flag() {
+        assert_eq!(wanted_device(Some("rxe9")), Some("rxe9".to_string()));
+    }
+}
