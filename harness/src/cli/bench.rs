@@ -1,0 +1,87 @@
+//! `bench` (hidden): boot and exec latency, QEMU's CPU time and memory, for the README.
+
+use super::*;
+
+pub(super) fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+pub(super) fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// CPU seconds (user + system) a process has used.
+pub(super) fn cpu_secs(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields after the command: state=0 ... utime=11 stime=12 (clock ticks, 100 per second).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+pub(super) fn bench(runs: usize, t: TopoArg) -> Result<i32> {
+    let t = match t {
+        TopoArg::One(t) => t,
+        TopoArg::All => bail!("pick one topology"),
+    };
+    let opts = VmOptions::from_env();
+    // Build caches first (initramfs, vmlinux, accel probe) so runs measure boots only.
+    let plan = vm::plan(t, &opts)?;
+    println!(
+        "kernel {}  image {}  accel {}",
+        plan.kernel.version,
+        plan.image.display(),
+        plan.accel.name()
+    );
+    let mut boots = vec![];
+    let mut execs = vec![];
+    let mut cpus = vec![];
+    for i in 0..runs {
+        let t0 = Instant::now();
+        let lab = Lab::boot(t, &opts)?;
+        let out = lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
+        let boot = t0.elapsed().as_secs_f64();
+        let cpu: f64 = lab.vm_pids().iter().map(|p| cpu_secs(*p)).sum();
+        if out.status != ExitStatus::Code(0) {
+            bail!("`true` failed in the lab: {:?}", out.status);
+        }
+        let mut lat = vec![];
+        for _ in 0..10 {
+            let t1 = Instant::now();
+            lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
+            lat.push(t1.elapsed().as_secs_f64() * 1000.0);
+        }
+        let exec_ms = median(&mut lat);
+        let rss: Vec<String> = lab
+            .vm_pids()
+            .iter()
+            .map(|p| format!("{:.0}", rss_mb(*p)))
+            .collect();
+        println!(
+            "run {}: boot to first command {boot:.2} s (qemu CPU {cpu:.1} s), exec `true` median {exec_ms:.0} ms, qemu RSS MiB {}",
+            i + 1,
+            rss.join("+")
+        );
+        cpus.push(cpu);
+        boots.push(boot);
+        execs.push(exec_ms);
+    }
+    println!(
+        "median over {runs}: boot to first command {:.2} s (qemu CPU {:.1} s), exec {:.0} ms",
+        median(&mut boots),
+        median(&mut cpus),
+        median(&mut execs)
+    );
+    Ok(0)
+}

