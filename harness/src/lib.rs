@@ -8,7 +8,7 @@
 //!   that runs commands for the host ([`proto`], [`conn`]). Two topologies: [`Topology`].
 //!
 //! Layout: [`kernel`] finds the kernel and module order, [`initramfs`] builds the cached
-//! initramfs, [`vm`] runs QEMU, [`lab`] hands out labs (boot, attach to a daemon, native),
+//! initramfs, [`vm`] runs QEMU, [`testbed`] hands out labs (boot, attach to a daemon, native),
 //! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
 //! `chapters/course.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
@@ -21,12 +21,12 @@ pub mod course;
 pub mod doc_commands;
 pub mod initramfs;
 pub mod kernel;
-pub mod lab;
 /// The host <-> agent wire protocol (std only; shared with the guest agent via `include!`).
 pub mod proto;
 pub mod redact;
 /// Runs commands with the protocol's semantics (std only; shared with the guest agent).
 pub mod runner;
+pub mod testbed;
 pub mod testing;
 /// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).
 pub mod testing_cli;

@@ -3,7 +3,7 @@
 //! shared lab was stopped and restarted under it). Each test uses a private lab.
 
 use harness::Topology;
-use harness::lab::Lab;
+use harness::testbed::Testbed;
 use harness::testing::{Role, run_roles_in};
 use harness::vm::VmOptions;
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ fn signal(pid: u32, sig: &str) {
 
 /// Runs the sleeper, sends `act` once it runs, returns the run's error and how long it took
 /// from `act` on.
-fn run_and_break(lab: &Lab, act: impl FnOnce() + Send + 'static) -> (String, Duration) {
+fn run_and_break(lab: &Testbed, act: impl FnOnce() + Send + 'static) -> (String, Duration) {
     let (tx, rx) = std::sync::mpsc::channel::<Instant>();
     let t = std::thread::spawn(move || {
         // The role prints `started` within a few seconds of the run's start.
@@ -43,7 +43,7 @@ fn run_and_break(lab: &Lab, act: impl FnOnce() + Send + 'static) -> (String, Dur
 
 #[test]
 fn a_qemu_killed_under_a_run_ends_it_in_seconds() {
-    let lab = Lab::boot(Topology::Loopback, &VmOptions::from_env()).expect("boot");
+    let lab = Testbed::boot(Topology::Loopback, &VmOptions::from_env()).expect("boot");
     let pid = lab.vm_pids()[0];
     let (err, took) = run_and_break(&lab, move || signal(pid, "KILL"));
     assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
@@ -101,7 +101,7 @@ fn a_stuck_then_a_killed_daemon_ends_an_attached_run_promptly() {
     let d = Daemon::up();
     // Half-dead: the daemon lives and its socket stays open, but nothing answers. Only the
     // heartbeat (30 s without an answer) can tell.
-    let lab = Lab::attach(Topology::Loopback, &d.dir()).expect("attach");
+    let lab = Testbed::attach(Topology::Loopback, &d.dir()).expect("attach");
     let pid = d.pid();
     let (err, took) = run_and_break(&lab, move || signal(pid, "STOP"));
     assert!(took < Duration::from_secs(40), "took {took:?}: {err}");
@@ -111,7 +111,7 @@ fn a_stuck_then_a_killed_daemon_ends_an_attached_run_promptly() {
     drop(lab);
 
     // Dead: EOF on the relay socket, and the daemon's pid gone.
-    let lab = Lab::attach(Topology::Loopback, &d.dir()).expect("attach again");
+    let lab = Testbed::attach(Topology::Loopback, &d.dir()).expect("attach again");
     let (err, took) = run_and_break(&lab, move || signal(pid, "KILL"));
     assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
     assert!(err.contains("the lab died under the run"), "{err}");

@@ -76,10 +76,10 @@ fn e2e_binaries(packages: &[&str]) -> Vec<(String, String)> {
 
 /// The loopback lab, whatever `cargo lab test` runs it on. This test is about the native
 /// provider inside the VM, so the lab itself must be the microVM.
-fn vm_lab() -> std::sync::Arc<harness::lab::Lab> {
+fn vm_lab() -> std::sync::Arc<harness::testbed::Testbed> {
     let l = lab(Topology::Loopback);
     assert!(
-        l.provider == harness::lab::Provider::Vm,
+        l.provider == harness::testbed::Provider::Vm,
         "native_in_vm runs the native provider inside the lab VM, and this lab is native ({}): \
          run it where the VM provider works: `LAB_PROVIDER=vm cargo lab test -- -p harness \
          --test native_in_vm`",

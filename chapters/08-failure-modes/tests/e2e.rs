@@ -134,8 +134,8 @@ fn mtu_too_large_between_two_nodes() {
     // saying why and where it runs.
     let shared = harness::testing::lab(Topology::Pair);
     let own;
-    let lab: &harness::lab::Lab = if shared.single_device() {
-        own = harness::lab::Lab::boot_wire_pair().unwrap_or_else(|e| {
+    let lab: &harness::testbed::Testbed = if shared.single_device() {
+        own = harness::testbed::Testbed::boot_wire_pair().unwrap_or_else(|e| {
             panic!(
                 "mtu_too_large_between_two_nodes: this lab ({}) cannot run it: {e:#}",
                 shared.origin

@@ -49,7 +49,7 @@ pub(super) fn bench(runs: usize, t: TopoArg) -> Result<i32> {
     let mut cpus = vec![];
     for i in 0..runs {
         let t0 = Instant::now();
-        let lab = Lab::boot(t, &opts)?;
+        let lab = Testbed::boot(t, &opts)?;
         let out = lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
         let boot = t0.elapsed().as_secs_f64();
         let cpu: f64 = lab.vm_pids().iter().map(|p| cpu_secs(*p)).sum();

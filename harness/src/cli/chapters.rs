@@ -65,7 +65,7 @@ pub(super) fn prepare(what: &str) -> Result<()> {
     if before.is_empty() {
         return Ok(());
     }
-    let flag = if lab::chosen_provider()? == Provider::Native {
+    let flag = if testbed::chosen_provider()? == Provider::Native {
         "--native"
     } else {
         "--vm"
@@ -176,7 +176,12 @@ pub(super) fn chapter_executables(json_lines: &str) -> Vec<(String, String)> {
 }
 
 /// Runs a built chapter in a lab; prints its transcript.
-pub(super) fn run_built(lab: &Lab, ch: &Chapter, exe: &str, extra: &[&str]) -> Result<Transcript> {
+pub(super) fn run_built(
+    lab: &Testbed,
+    ch: &Chapter,
+    exe: &str,
+    extra: &[&str],
+) -> Result<Transcript> {
     let roles =
         testing::chapter_roles(lab, &ch.package, exe, extra).map_err(|e| anyhow::anyhow!(e))?;
     let _g = testing::lock(lab);
@@ -186,10 +191,10 @@ pub(super) fn run_built(lab: &Lab, ch: &Chapter, exe: &str, extra: &[&str]) -> R
     Ok(t)
 }
 
-pub(super) fn get_lab(t: Topology) -> Result<Lab> {
+pub(super) fn get_lab(t: Topology) -> Result<Testbed> {
     let root = root()?;
     let t0 = Instant::now();
-    let lab = Lab::acquire(t, Some(&root))
+    let lab = Testbed::acquire(t, Some(&root))
         .with_context(|| format!("getting a {} lab; next: `cargo lab doctor`", t.name()))?;
     eprintln!("lab: {} [{:.1} s]", lab.origin, t0.elapsed().as_secs_f64());
     Ok(lab)
@@ -240,7 +245,7 @@ pub(super) fn tour() -> Result<i32> {
     } else {
         build(&pkgs)?
     };
-    let mut labs: Vec<(Topology, Lab)> = vec![];
+    let mut labs: Vec<(Topology, Testbed)> = vec![];
     let mut rows = vec![];
     for ch in &course.chapters {
         println!(

@@ -96,7 +96,7 @@ pub(super) fn libclang_versions() -> Vec<u32> {
 
 pub(super) fn checks() -> Vec<Check> {
     let mut c = vec![];
-    let native = lab::native_available() || lab::native_loadable();
+    let native = testbed::native_available() || testbed::native_loadable();
     let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
     let want_vm = forced == "vm" || (!native && forced != "native");
     c.push(Check::info(
@@ -104,7 +104,7 @@ pub(super) fn checks() -> Vec<Check> {
         if want_vm {
             "vm (no RDMA device on this host: chapters run in a QEMU microVM)".into()
         } else {
-            if lab::native_available() {
+            if testbed::native_available() {
                 "native (this host has an RDMA device)".into()
             } else {
                 "native (rdma_rxe loads here: the harness creates rxe0 on the lab's pinned veth0)"
@@ -297,26 +297,26 @@ pub(super) fn checks() -> Vec<Check> {
             .unwrap_or_default();
         let netdev = std::fs::read_to_string(format!(
             "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/1",
-            lab::NATIVE_DEVICE
+            testbed::NATIVE_DEVICE
         ))
         .unwrap_or_default();
-        let pinned = netdev.trim() == lab::NATIVE_NETDEV;
+        let pinned = netdev.trim() == testbed::NATIVE_NETDEV;
         c.push(Check::optional(
             "native device on the lab's pinned network",
             devs.is_empty() || pinned,
             if devs.is_empty() {
                 "none yet: created as rxe0 on veth0 when a run needs it (as root)".into()
             } else if pinned {
-                format!("{} on {}", lab::NATIVE_DEVICE, lab::NATIVE_NETDEV)
+                format!("{} on {}", testbed::NATIVE_DEVICE, testbed::NATIVE_NETDEV)
             } else {
                 format!(
                     "devices {devs:?}, none is {} on {}: GUIDs, GIDs and the device table differ \
                      from the snapshots",
-                    lab::NATIVE_DEVICE,
-                    lab::NATIVE_NETDEV
+                    testbed::NATIVE_DEVICE,
+                    testbed::NATIVE_NETDEV
                 )
             },
-            &lab::native_setup_command(),
+            &testbed::native_setup_command(),
         ));
         let device = std::env::var("LAB_DEVICE").unwrap_or_default();
         c.push(Check::optional(
@@ -457,7 +457,7 @@ pub(super) fn run_setup(args: &[&str]) -> Result<i32> {
 pub(super) fn setup(vm: bool, native: bool, print: bool) -> Result<i32> {
     let mut args = vec![];
     let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
-    if vm || (!native && (forced == "vm" || (!lab::native_available() && forced != "native"))) {
+    if vm || (!native && (forced == "vm" || (!testbed::native_available() && forced != "native"))) {
         args.push("--vm");
     }
     if native {

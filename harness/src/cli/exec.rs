@@ -13,10 +13,10 @@ pub(super) fn pick_topology(node: Option<Node>, t: Option<TopoArg>) -> Result<To
 }
 
 /// The lab for exec/shell: native, or this workspace's daemon (started if needed).
-pub(super) fn lab_for_exec(t: Topology) -> Result<Lab> {
-    if lab::chosen_provider()? == Provider::Native {
-        lab::ensure_native_device()?;
-        return Ok(Lab::native(t));
+pub(super) fn lab_for_exec(t: Topology) -> Result<Testbed> {
+    if testbed::chosen_provider()? == Provider::Native {
+        testbed::ensure_native_device()?;
+        return Ok(Testbed::native(t));
     }
     let dir = home()?.join(t.name());
     if !daemon_alive(&dir) && up_in(t, &dir, true)? {
@@ -25,7 +25,7 @@ pub(super) fn lab_for_exec(t: Topology) -> Result<Lab> {
             t.name()
         );
     }
-    Lab::attach(t, &dir)
+    Testbed::attach(t, &dir)
 }
 
 /// Variables that pass from here to a command in the lab without `-e`.
@@ -51,7 +51,7 @@ pub(super) fn parse_env_flags(flags: &[String]) -> Result<Vec<(String, String)>>
         .collect()
 }
 
-pub(super) fn lab_env(lab: &Lab, node: Node) -> Vec<(String, String)> {
+pub(super) fn lab_env(lab: &Testbed, node: Node) -> Vec<(String, String)> {
     let mut env = vec![("LAB_GUEST".to_string(), "1".to_string())];
     if lab.topology == Topology::Pair && lab.provider == Provider::Vm {
         env.push(("LAB_NODE".into(), node.name().into()));
@@ -73,7 +73,7 @@ pub(super) fn cwd() -> String {
 /// Runs a command on a node, streaming its output here (and our stdin there, when it is a
 /// pipe or a file); returns its exit code.
 pub(super) fn stream(
-    lab: &Lab,
+    lab: &Testbed,
     node: Node,
     argv: Vec<String>,
     extra_env: &[(String, String)],
@@ -117,7 +117,7 @@ pub(super) fn stream(
     let mut killed = false;
     // No deadline (an interactive command may run for hours), but a lab that dies or hangs
     // under it ends the wait in seconds.
-    let mut hb = lab::Heartbeat::new(lab);
+    let mut hb = testbed::Heartbeat::new(lab);
     loop {
         if stop.load(Ordering::SeqCst) && !killed {
             // Ctrl-C: the command in the lab goes too.

@@ -8,7 +8,7 @@ use super::*;
 pub(super) fn home() -> Result<PathBuf> {
     let ws = workspace_root()
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/".into())));
-    Ok(lab::daemon_home(&ws))
+    Ok(testbed::daemon_home(&ws))
 }
 
 /// Is the daemon in `dir` answering?
@@ -37,7 +37,7 @@ pub(super) fn up(t: Topology, verbose: bool) -> Result<bool> {
 }
 
 pub(super) fn up_in(t: Topology, dir: &Path, verbose: bool) -> Result<bool> {
-    if lab::chosen_provider()? == Provider::Native {
+    if testbed::chosen_provider()? == Provider::Native {
         if verbose {
             println!("{}: native rxe on this host: nothing to start", t.name());
         }
@@ -193,7 +193,7 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
     }
     std::fs::write(dir.join("daemon.pid"), std::process::id().to_string())?;
     let opts = VmOptions::from_env();
-    let lab = Lab::boot_in(t, &opts, dir.to_path_buf(), false)?;
+    let lab = Testbed::boot_in(t, &opts, dir.to_path_buf(), false)?;
     std::fs::write(
         dir.join("info"),
         format!(
@@ -210,7 +210,7 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
 }
 
 pub(super) fn status() -> Result<i32> {
-    if lab::chosen_provider()? == Provider::Native {
+    if testbed::chosen_provider()? == Provider::Native {
         println!("provider: native (this host has an RDMA device); no VM needed");
     }
     let home = home()?;

@@ -9,8 +9,8 @@
 
 use crate::conn::{Cmd, Event};
 use crate::course::{Chapter, Course, workspace_root};
-use crate::lab::{self, Lab, Provider};
 use crate::proto::ExitStatus;
+use crate::testbed::{self, Provider, Testbed};
 use crate::testing::{self, Transcript};
 use crate::vm::{self, VmOptions};
 use crate::{Node, Topology};

@@ -6,7 +6,7 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
     let root = root()?;
     // Ctrl-C goes to cargo and the tests too; we stay to tear the labs down.
     let interrupted = interrupted();
-    let provider = lab::chosen_provider()?;
+    let provider = testbed::chosen_provider()?;
     prepare("test")?;
     prepare_checkers()?;
     let home = std::env::temp_dir().join(format!("rxe-lab-test.{}", std::process::id()));
@@ -18,7 +18,7 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
             for t in Topology::all() {
                 // A lab `cargo lab up` runs (in `LAB_STATE_DIR` when set, else this
                 // workspace's) is reused: the tests find it through a link in `home`.
-                let up = lab::daemon_home(&root).join(t.name());
+                let up = testbed::daemon_home(&root).join(t.name());
                 if daemon_alive(&up) {
                     eprintln!("using the running {} lab (`cargo lab up`)", t.name());
                     std::fs::create_dir_all(&home)?;
@@ -41,7 +41,7 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
         }
         if provider == Provider::Native {
             // One device for the whole run (test binaries would otherwise each make their own).
-            lab::ensure_native_device()?;
+            testbed::ensure_native_device()?;
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
@@ -63,7 +63,7 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
         let keep = failed_logs_dir();
         let mut dirs = started.clone();
         for t in Topology::all() {
-            let up = lab::daemon_home(&root).join(t.name());
+            let up = testbed::daemon_home(&root).join(t.name());
             if !started.contains(&up) && up.exists() {
                 dirs.push(up);
             }

@@ -26,7 +26,7 @@ impl std::fmt::Debug for LabGuard {
 /// holder's runs having deadlines too. Past that it panics naming the holder (pid, command,
 /// test) and the command that frees the lab, rather than run unlocked next to it. A lab that
 /// dies while we wait ends the wait at once.
-pub fn lock(lab: &Lab) -> LabGuard {
+pub fn lock(lab: &Testbed) -> LabGuard {
     let process = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let file = match &lab.dir {
         Some(d) => lock_file(lab, d).unwrap_or_else(|e| panic!("{e}")),
@@ -39,7 +39,10 @@ pub fn lock(lab: &Lab) -> LabGuard {
 }
 
 /// `<dir>/run.lock`, locked, with who holds it written in it.
-pub(super) fn lock_file(lab: &Lab, d: &std::path::Path) -> Result<Option<std::fs::File>, String> {
+pub(super) fn lock_file(
+    lab: &Testbed,
+    d: &std::path::Path,
+) -> Result<Option<std::fs::File>, String> {
     use std::io::Write as _;
     use std::os::unix::fs::MetadataExt as _;
     let path = d.join("run.lock");

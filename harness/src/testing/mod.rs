@@ -19,9 +19,9 @@
 
 use crate::conn::{Cmd, Event};
 use crate::course::{Course, workspace_root};
-use crate::lab::{Heartbeat, Lab, Provider};
 use crate::proto::ExitStatus;
 pub use crate::redact::redact;
+use crate::testbed::{Heartbeat, Provider, Testbed};
 use crate::{Node, Topology};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -169,21 +169,21 @@ fn topo_index(t: Topology) -> usize {
     }
 }
 
-type Shared = Mutex<Option<Result<Arc<Lab>, String>>>;
+type Shared = Mutex<Option<Result<Arc<Testbed>, String>>>;
 static LABS: [Shared; 2] = [Mutex::new(None), Mutex::new(None)];
 
 /// The lab for a topology, shared by every test of this binary: attached to a running daemon
 /// (`cargo lab test`, `cargo lab up`) or booted once here. Panics, saying which command fixes
 /// it, when no lab can be had: a device test never passes by skipping.
-pub fn lab(topology: Topology) -> Arc<Lab> {
+pub fn lab(topology: Topology) -> Arc<Testbed> {
     match try_lab(topology) {
         Ok(l) => l,
         Err(e) => panic!("{e}"),
     }
 }
 
-/// [`lab`] without the panic.
-pub fn try_lab(topology: Topology) -> Result<Arc<Lab>, String> {
+/// [`testbed`] without the panic.
+pub fn try_lab(topology: Topology) -> Result<Arc<Testbed>, String> {
     let mut g = LABS[topo_index(topology)]
         .lock()
         .unwrap_or_else(|p| p.into_inner());
@@ -201,7 +201,7 @@ pub fn try_lab(topology: Topology) -> Result<Arc<Lab>, String> {
     let r = g.get_or_insert_with(|| {
         let t0 = Instant::now();
         eprintln!("harness: getting a {} lab ...", topology.name());
-        match Lab::acquire(topology, workspace_root().as_deref()) {
+        match Testbed::acquire(topology, workspace_root().as_deref()) {
             Ok(l) => {
                 eprintln!(
                     "harness: {} lab ready: {} [{:.1} s]",
@@ -323,7 +323,7 @@ pub fn in_lab<F: FnOnce()>(topology: Topology, test_name: &str, body: F) {
 
 /// The roles of a chapter as `chapters/course.toml` describes it, for a lab.
 pub fn chapter_roles(
-    lab: &Lab,
+    lab: &Testbed,
     package: &str,
     exe: &str,
     args: &[&str],

@@ -32,7 +32,7 @@ pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
 
 /// [`run_roles`] on a given lab, with a given deadline, without the panic or the lock (the CLI
 /// uses it; take [`lock`] around it when others may share the lab).
-pub fn run_roles_in(lab: &Lab, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
+pub fn run_roles_in(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
     let deadline = Instant::now() + limit;
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
     // Waits for the next event until the overall deadline, in short slices: between them the

@@ -1,10 +1,14 @@
 //! A lab: where the rxe device(s) are, and a way to run commands there.
 //!
-//! Three ways to get one (see [`Lab::acquire`]):
+//! Three ways to get one (see [`Testbed::acquire`]):
 //! - `native`: this host has an RDMA device: commands run here;
 //! - attach: a lab daemon (`cargo lab up`, or the labs `cargo lab test` exports through
 //!   `LAB_STATE_DIR`) already runs the VMs: connect to its relay sockets;
 //! - boot: start the VMs in this process (a test binary without a daemon).
+//!
+//! (Named `Testbed`, not `Lab`, so that it never reads like the `lab` crate of the verbs.)
+//! `native.rs` brings up the native provider's device; `relay.rs` is the daemon's side of an
+//! attached lab.
 
 use crate::conn::{Cmd, Conn, Event, Output};
 use crate::proto::{self, Reply, Request};
@@ -17,6 +21,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod native;
+mod relay;
+pub use native::*;
+use relay::relay;
 
 /// Which provider a lab uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +45,7 @@ pub struct LabNode {
 
 /// A running lab.
 #[derive(Debug)]
-pub struct Lab {
+pub struct Testbed {
     pub topology: Topology,
     pub provider: Provider,
     pub nodes: Vec<LabNode>,
@@ -65,7 +74,7 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    pub fn new(lab: &Lab) -> Heartbeat {
+    pub fn new(lab: &Testbed) -> Heartbeat {
         let now = Instant::now();
         Heartbeat {
             nodes: lab
@@ -76,8 +85,8 @@ impl Heartbeat {
         }
     }
 
-    /// Is the lab alive? Cheap checks ([`Lab::check`]) each call, plus the heartbeat.
-    pub fn check(&mut self, lab: &Lab) -> Result<(), String> {
+    /// Is the lab alive? Cheap checks ([`Testbed::check`]) each call, plus the heartbeat.
+    pub fn check(&mut self, lab: &Testbed) -> Result<(), String> {
         lab.check()?;
         let now = Instant::now();
         for (n, hb) in lab.nodes.iter().zip(self.nodes.iter_mut()) {
@@ -111,7 +120,7 @@ impl Heartbeat {
     }
 }
 
-impl Drop for Lab {
+impl Drop for Testbed {
     fn drop(&mut self) {
         for v in &self.vms {
             v.kill();
@@ -141,167 +150,6 @@ pub fn up_home(workspace: &Path) -> PathBuf {
         .unwrap_or_default();
     let key = crate::initramfs::fnv64(&[workspace.to_string_lossy().as_bytes(), uid.as_bytes()]);
     std::env::temp_dir().join(format!("rxe-lab-up.{:08x}", key as u32))
-}
-
-/// Does this host have an RDMA device of its own (the native provider)?
-pub fn native_available() -> bool {
-    std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false)
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-/// Could the native provider create an rxe device here? (root, and the running kernel ships
-/// rdma_rxe: `/lib/modules/$(uname -r)` lists it).
-pub fn native_loadable() -> bool {
-    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    is_root()
-        && crate::kernel::has_rxe(&Path::new("/lib/modules").join(rel.trim()))
-        && vm::which("rdma").is_some()
-        && vm::which("modprobe").is_some()
-}
-
-/// The lab's pinned loopback network (docs/conventions.md §2), which the native provider builds
-/// when it creates its own device: the same netdev, MAC and address as the loopback microVM, so
-/// GUIDs, GIDs and the device table are the same as there (and in the snapshots).
-pub const NATIVE_NETDEV: &str = "veth0";
-const NATIVE_PEER: &str = "veth1";
-const NATIVE_MAC: &str = "52:54:00:00:00:01";
-const NATIVE_ADDR: &str = "10.99.0.1/24";
-/// The device the native provider creates.
-pub const NATIVE_DEVICE: &str = "rxe0";
-
-/// The command that builds the native provider's device by hand (as root), for messages.
-pub fn native_setup_command() -> String {
-    format!(
-        "sudo env RXE_VETH_PEER={NATIVE_PEER} RXE_MAC={NATIVE_MAC} RXE_ADDR={NATIVE_ADDR} \
-         bash vagrant/rxe-up.sh {NATIVE_NETDEV} {NATIVE_DEVICE}"
-    )
-}
-
-/// The native provider's device: an existing one (`LAB_DEVICE` when set), else `rxe0` created
-/// on the lab's pinned loopback network (`veth0`/`veth1`, 52:54:00:00:00:01, 10.99.0.1/24, as in
-/// the loopback microVM), which loads rdma_rxe. What this creates is deleted when this process
-/// exits (a reaper child, as for state dirs).
-pub fn ensure_native_device() -> Result<()> {
-    if let Ok(want) = std::env::var("LAB_DEVICE")
-        && !want.is_empty()
-    {
-        if Path::new("/sys/class/infiniband").join(&want).exists() {
-            return Ok(());
-        }
-        let have: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        bail!(
-            "LAB_DEVICE={want}, but this host's RDMA devices are {have:?}; fix: unset LAB_DEVICE, \
-             or create it: {}",
-            native_setup_command()
-        );
-    }
-    if native_available() {
-        return Ok(());
-    }
-    if !is_root() {
-        bail!(
-            "the native provider needs an rxe device and this host has none (creating one needs \
-             root); fix: {} (or `bash scripts/setup.sh --native`), or unset LAB_PROVIDER to use \
-             the microVM",
-            native_setup_command()
-        );
-    }
-    let run = |args: &[&str]| -> Result<()> {
-        let out = std::process::Command::new(args[0])
-            .args(&args[1..])
-            .output()
-            .with_context(|| format!("running {}", args[0]))?;
-        if !out.status.success() {
-            bail!(
-                "`{}` failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
-    };
-    run(&["modprobe", "rdma_rxe"]).context(
-        "cannot load rdma_rxe here (this kernel lacks it); fix: unset LAB_PROVIDER (the microVM \
-         boots a kernel that has it)",
-    )?;
-    let exists = Path::new("/sys/class/net").join(NATIVE_NETDEV).exists();
-    if !exists {
-        run(&[
-            "ip",
-            "link",
-            "add",
-            NATIVE_NETDEV,
-            "address",
-            NATIVE_MAC,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            NATIVE_PEER,
-        ])?;
-        run(&["ip", "addr", "add", NATIVE_ADDR, "dev", NATIVE_NETDEV])?;
-        run(&["ip", "link", "set", NATIVE_PEER, "up"])?;
-        run(&["ip", "link", "set", NATIVE_NETDEV, "up"])?;
-    }
-    run(&[
-        "rdma",
-        "link",
-        "add",
-        NATIVE_DEVICE,
-        "type",
-        "rxe",
-        "netdev",
-        NATIVE_NETDEV,
-    ])?;
-    use std::os::unix::process::CommandExt as _;
-    let undo = if exists {
-        format!("rdma link delete {NATIVE_DEVICE}")
-    } else {
-        format!("rdma link delete {NATIVE_DEVICE}; ip link delete {NATIVE_NETDEV}")
-    };
-    if let Ok(mut c) = std::process::Command::new("sh")
-        .args(["-c", &format!("read -r _; {undo}"), "lab-reaper"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-    {
-        std::mem::forget(c.stdin.take());
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let port = Path::new("/sys/class/infiniband")
-        .join(NATIVE_DEVICE)
-        .join("ports/1");
-    while Instant::now() < deadline {
-        let st = std::fs::read_to_string(port.join("state")).unwrap_or_default();
-        let gid1 = std::fs::read_to_string(port.join("gids/1")).unwrap_or_default();
-        if st.contains("ACTIVE") && gid1.starts_with("0000:0000:0000:0000:0000:ffff:") {
-            eprintln!(
-                "harness: created {NATIVE_DEVICE} on {NATIVE_NETDEV} ({NATIVE_MAC}, {NATIVE_ADDR}; \
-                 deleted when this process exits)"
-            );
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    bail!("{NATIVE_DEVICE} on {NATIVE_NETDEV} did not become ACTIVE with its IPv4 GID within 10 s")
 }
 
 /// `LAB_PROVIDER=vm|native`, else native when an RDMA device exists (or rdma_rxe can be loaded
@@ -347,13 +195,13 @@ fn topo_nodes(t: Topology) -> &'static [Node] {
     }
 }
 
-impl Lab {
+impl Testbed {
     /// Runs commands on this host (an RDMA device exists here). Both topologies are served by
     /// the one device: in `pair`, nodes a and b are this host (roles keep their node, and the
     /// server's address is 127.0.0.1). What needs a real wire between two kernels (a packet
     /// larger than the link's MTU being dropped) cannot happen on one device: see
-    /// [`Lab::single_device`].
-    pub fn native(topology: Topology) -> Lab {
+    /// [`Testbed::single_device`].
+    pub fn native(topology: Topology) -> Testbed {
         let nodes = topo_nodes(topology)
             .iter()
             .map(|&n| LabNode {
@@ -362,7 +210,7 @@ impl Lab {
                 console: None,
             })
             .collect();
-        Lab {
+        Testbed {
             topology,
             provider: Provider::Native,
             nodes,
@@ -375,13 +223,18 @@ impl Lab {
     }
 
     /// Boots the topology's VMs in this process, in a fresh private state dir.
-    pub fn boot(topology: Topology, opts: &VmOptions) -> Result<Lab> {
+    pub fn boot(topology: Topology, opts: &VmOptions) -> Result<Testbed> {
         let dir = vm::new_state_dir(topology.name())?;
         Self::boot_in(topology, opts, dir, true)
     }
 
     /// Boots into a given state dir.
-    pub fn boot_in(topology: Topology, opts: &VmOptions, dir: PathBuf, owned: bool) -> Result<Lab> {
+    pub fn boot_in(
+        topology: Topology,
+        opts: &VmOptions,
+        dir: PathBuf,
+        owned: bool,
+    ) -> Result<Testbed> {
         let t0 = Instant::now();
         let plan = vm::plan(topology, opts)?;
         // One retry: under TCG on a loaded host an early kernel check can still fail now and
@@ -432,7 +285,7 @@ impl Lab {
             });
             vms.push(v);
         }
-        Ok(Lab {
+        Ok(Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
@@ -450,7 +303,7 @@ impl Lab {
     }
 
     /// Connects to a running daemon's lab in `dir` (`<home>/<topology>`).
-    pub fn attach(topology: Topology, dir: &Path) -> Result<Lab> {
+    pub fn attach(topology: Topology, dir: &Path) -> Result<Testbed> {
         let daemon_pid = read_pid(&dir.join("daemon.pid"));
         let mut nodes = vec![];
         for &n in topo_nodes(topology) {
@@ -466,7 +319,7 @@ impl Lab {
                 console: Some(dir.join(format!("console-{}.log", node_tag(n)))),
             });
         }
-        Ok(Lab {
+        Ok(Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
@@ -480,10 +333,10 @@ impl Lab {
 
     /// A lab for `topology`: native if chosen; else a running daemon's (in `LAB_STATE_DIR` or
     /// this workspace's `cargo lab up`); else boots VMs here.
-    pub fn acquire(topology: Topology, workspace: Option<&Path>) -> Result<Lab> {
+    pub fn acquire(topology: Topology, workspace: Option<&Path>) -> Result<Testbed> {
         if chosen_provider()? == Provider::Native {
             ensure_native_device()?;
-            return Ok(Lab::native(topology));
+            return Ok(Testbed::native(topology));
         }
         // The labs `cargo lab up` keeps: in `LAB_STATE_DIR` when it is set (it replaces the
         // workspace's dir, as for `up` itself: `cargo lab test` links the labs it reuses there),
@@ -496,12 +349,12 @@ impl Lab {
         for h in homes {
             let dir = h.join(topology.name());
             if dir.join("node-a.sock").exists()
-                && let Ok(lab) = Lab::attach(topology, &dir)
+                && let Ok(lab) = Testbed::attach(topology, &dir)
             {
                 return Ok(lab);
             }
         }
-        Lab::boot(topology, &VmOptions::from_env())
+        Testbed::boot(topology, &VmOptions::from_env())
     }
 
     /// The connection to a node (loopback has one node: every role runs on it).
@@ -524,7 +377,7 @@ impl Lab {
     /// when KVM is usable here (a native host with QEMU and KVM, e.g. a CI runner). Without KVM
     /// it is not attempted (under TCG inside a VM it would take far too long): the error says
     /// why and which command runs the case instead.
-    pub fn boot_wire_pair() -> Result<Lab> {
+    pub fn boot_wire_pair() -> Result<Testbed> {
         let instead = "run it where the pair is two VMs: `LAB_PROVIDER=vm cargo lab test` (needs \
                        QEMU: `cargo lab setup --vm`)";
         if std::fs::OpenOptions::new()
@@ -549,7 +402,7 @@ impl Lab {
             );
         }
         opts.accel = Some(vm::Accel::Kvm);
-        Lab::boot(Topology::Pair, &opts)
+        Testbed::boot(Topology::Pair, &opts)
     }
 
     /// The server address chapters' clients use (docs/conventions.md §2).
@@ -743,114 +596,5 @@ impl Lab {
         }
         let _ = std::fs::remove_file(dir.join("ready"));
         Ok(())
-    }
-}
-
-/// One client of the daemon: its commands run on `conn` under fresh ids; replies come back
-/// under the client's ids; its commands are killed when it disconnects.
-fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Condvar)>) {
-    let Ok(writer) = client.try_clone() else {
-        return;
-    };
-    // A client that stopped reading must not block the relay (nor the lab's reader thread).
-    let _ = writer.set_write_timeout(Some(Duration::from_secs(10)));
-    let writer = Arc::new(Mutex::new(writer));
-    let ids: Arc<Mutex<HashMap<u32, u32>>> = Arc::new(Mutex::new(HashMap::new()));
-    let mut reader = client;
-    let send = |w: &Arc<Mutex<UnixStream>>, r: Reply| {
-        if let Ok(mut g) = w.lock() {
-            let _ = proto::write_frame(&mut *g, &r.encode());
-        }
-    };
-    while let Ok(Some((tag, body))) = proto::read_frame(&mut reader) {
-        let Ok(req) = Request::decode(tag, &body) else {
-            break;
-        };
-        match req {
-            Request::Ping => {
-                // End to end: the answer says the agent in the VM answered, not just us.
-                let w = writer.clone();
-                let conn = conn.clone();
-                std::thread::spawn(move || {
-                    let error = match conn.ping(HEARTBEAT_LIMIT) {
-                        Ok(()) => String::new(),
-                        Err(e) => format!("the lab's VM does not answer: {e}"),
-                    };
-                    if let Ok(mut g) = w.lock() {
-                        let _ = proto::write_frame(&mut *g, &Reply::Ready { error }.encode());
-                    }
-                });
-            }
-            Request::Run(r) => {
-                let cid = r.id;
-                let cmd = Cmd {
-                    argv: r.argv,
-                    env: r.env,
-                    cwd: r.cwd,
-                    timeout: (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms)),
-                    stdin: r.stdin,
-                };
-                let w = writer.clone();
-                let ids2 = ids.clone();
-                let res = conn.spawn(&cmd, move |ev| {
-                    let reply = match ev {
-                        Event::Stdout(data) => Reply::Stdout { id: cid, data },
-                        Event::Stderr(data) => Reply::Stderr { id: cid, data },
-                        Event::Exit(status) => {
-                            ids2.lock().unwrap().remove(&cid);
-                            Reply::Exit { id: cid, status }
-                        }
-                        Event::Lost(why) => {
-                            ids2.lock().unwrap().remove(&cid);
-                            Reply::Exit {
-                                id: cid,
-                                status: proto::ExitStatus::SpawnFailed(format!("lab lost: {why}")),
-                            }
-                        }
-                    };
-                    if let Ok(mut g) = w.lock() {
-                        let _ = proto::write_frame(&mut *g, &reply.encode());
-                    }
-                });
-                match res {
-                    Ok(gid) => {
-                        ids.lock().unwrap().insert(cid, gid);
-                    }
-                    Err(e) => send(
-                        &writer,
-                        Reply::Exit {
-                            id: cid,
-                            status: proto::ExitStatus::SpawnFailed(e),
-                        },
-                    ),
-                }
-            }
-            Request::Kill { id } => {
-                let gid = ids.lock().unwrap().get(&id).copied();
-                if let Some(g) = gid {
-                    conn.kill(g);
-                }
-            }
-            Request::Stdin { id, data } => {
-                let gid = ids.lock().unwrap().get(&id).copied();
-                if let Some(g) = gid {
-                    let _ = conn.write_stdin(g, data);
-                }
-            }
-            Request::Shutdown => {
-                let (m, cv) = &*stop;
-                *m.lock().unwrap() = true;
-                cv.notify_all();
-                break;
-            }
-        }
-    }
-    // The client went away: its commands go too.
-    let left: Vec<u32> = ids.lock().unwrap().values().copied().collect();
-    for g in left {
-        conn.kill(g);
-    }
-    if let Ok(mut w) = writer.lock() {
-        let _ = w.flush();
     }
 }

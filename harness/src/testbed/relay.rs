@@ -1,0 +1,113 @@
+//! The daemon's relay: one client of `cargo lab up`'s daemon, its commands run on the lab's
+//! connection under fresh ids and killed when the client goes away.
+
+use super::*;
+
+/// One client of the daemon: its commands run on `conn` under fresh ids; replies come back
+/// under the client's ids; its commands are killed when it disconnects.
+pub(super) fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Condvar)>) {
+    let Ok(writer) = client.try_clone() else {
+        return;
+    };
+    // A client that stopped reading must not block the relay (nor the lab's reader thread).
+    let _ = writer.set_write_timeout(Some(Duration::from_secs(10)));
+    let writer = Arc::new(Mutex::new(writer));
+    let ids: Arc<Mutex<HashMap<u32, u32>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut reader = client;
+    let send = |w: &Arc<Mutex<UnixStream>>, r: Reply| {
+        if let Ok(mut g) = w.lock() {
+            let _ = proto::write_frame(&mut *g, &r.encode());
+        }
+    };
+    while let Ok(Some((tag, body))) = proto::read_frame(&mut reader) {
+        let Ok(req) = Request::decode(tag, &body) else {
+            break;
+        };
+        match req {
+            Request::Ping => {
+                // End to end: the answer says the agent in the VM answered, not just us.
+                let w = writer.clone();
+                let conn = conn.clone();
+                std::thread::spawn(move || {
+                    let error = match conn.ping(HEARTBEAT_LIMIT) {
+                        Ok(()) => String::new(),
+                        Err(e) => format!("the lab's VM does not answer: {e}"),
+                    };
+                    if let Ok(mut g) = w.lock() {
+                        let _ = proto::write_frame(&mut *g, &Reply::Ready { error }.encode());
+                    }
+                });
+            }
+            Request::Run(r) => {
+                let cid = r.id;
+                let cmd = Cmd {
+                    argv: r.argv,
+                    env: r.env,
+                    cwd: r.cwd,
+                    timeout: (r.timeout_ms > 0).then(|| Duration::from_millis(r.timeout_ms)),
+                    stdin: r.stdin,
+                };
+                let w = writer.clone();
+                let ids2 = ids.clone();
+                let res = conn.spawn(&cmd, move |ev| {
+                    let reply = match ev {
+                        Event::Stdout(data) => Reply::Stdout { id: cid, data },
+                        Event::Stderr(data) => Reply::Stderr { id: cid, data },
+                        Event::Exit(status) => {
+                            ids2.lock().unwrap().remove(&cid);
+                            Reply::Exit { id: cid, status }
+                        }
+                        Event::Lost(why) => {
+                            ids2.lock().unwrap().remove(&cid);
+                            Reply::Exit {
+                                id: cid,
+                                status: proto::ExitStatus::SpawnFailed(format!("lab lost: {why}")),
+                            }
+                        }
+                    };
+                    if let Ok(mut g) = w.lock() {
+                        let _ = proto::write_frame(&mut *g, &reply.encode());
+                    }
+                });
+                match res {
+                    Ok(gid) => {
+                        ids.lock().unwrap().insert(cid, gid);
+                    }
+                    Err(e) => send(
+                        &writer,
+                        Reply::Exit {
+                            id: cid,
+                            status: proto::ExitStatus::SpawnFailed(e),
+                        },
+                    ),
+                }
+            }
+            Request::Kill { id } => {
+                let gid = ids.lock().unwrap().get(&id).copied();
+                if let Some(g) = gid {
+                    conn.kill(g);
+                }
+            }
+            Request::Stdin { id, data } => {
+                let gid = ids.lock().unwrap().get(&id).copied();
+                if let Some(g) = gid {
+                    let _ = conn.write_stdin(g, data);
+                }
+            }
+            Request::Shutdown => {
+                let (m, cv) = &*stop;
+                *m.lock().unwrap() = true;
+                cv.notify_all();
+                break;
+            }
+        }
+    }
+    // The client went away: its commands go too.
+    let left: Vec<u32> = ids.lock().unwrap().values().copied().collect();
+    for g in left {
+        conn.kill(g);
+    }
+    if let Ok(mut w) = writer.lock() {
+        let _ = w.flush();
+    }
+}
