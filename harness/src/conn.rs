@@ -253,23 +253,23 @@ impl Conn {
     }
 
     /// Asks the agent whether the guest is set up and waits for the answer.
-    pub fn wait_ready(&self, limit: Duration) -> Result<(), String> {
+    pub fn wait_ready(&self, limit: Duration) -> anyhow::Result<()> {
         self.inner
             .send(&Request::Ping)
-            .map_err(|e| format!("{}: cannot reach the agent: {e}", self.inner.name))?;
+            .map_err(|e| anyhow::anyhow!("{}: cannot reach the agent: {e}", self.inner.name))?;
         let deadline = Instant::now() + limit;
         let mut g = self.inner.ready.lock().unwrap();
         loop {
             if let Some(r) = g.clone() {
-                return r;
+                return r.map_err(anyhow::Error::msg);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
+                anyhow::bail!(
                     "{}: no answer from the agent within {} s",
                     self.inner.name,
                     limit.as_secs()
-                ));
+                );
             }
             g = self.inner.ready_cv.wait_timeout(g, left).unwrap().0;
         }
@@ -292,14 +292,14 @@ impl Conn {
     }
 
     /// Sends a ping without waiting for its answer (see [`Conn::pongs`]).
-    pub fn send_ping(&self) -> Result<(), String> {
+    pub fn send_ping(&self) -> anyhow::Result<()> {
         self.inner
             .send(&Request::Ping)
-            .map_err(|e| format!("{}: cannot reach the agent: {e}", self.inner.name))
+            .map_err(|e| anyhow::anyhow!("{}: cannot reach the agent: {e}", self.inner.name))
     }
 
     /// Pings and waits for an answer: is the other end alive and set up, now?
-    pub fn ping(&self, limit: Duration) -> Result<(), String> {
+    pub fn ping(&self, limit: Duration) -> anyhow::Result<()> {
         let before = self.pongs().0;
         self.send_ping()?;
         let deadline = Instant::now() + limit;
@@ -309,19 +309,19 @@ impl Conn {
                 return if g.1.is_empty() {
                     Ok(())
                 } else {
-                    Err(g.1.clone())
+                    Err(anyhow::anyhow!(g.1.clone()))
                 };
             }
             if let Some(why) = self.closed_why() {
-                return Err(format!("{}: connection lost: {why}", self.inner.name));
+                anyhow::bail!("{}: connection lost: {why}", self.inner.name);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
+                anyhow::bail!(
                     "{}: no answer to a ping within {} s",
                     self.inner.name,
                     limit.as_secs()
-                ));
+                );
             }
             let wait = left.min(Duration::from_millis(200));
             drop(g);
@@ -339,12 +339,12 @@ impl Conn {
         &self,
         cmd: &Cmd,
         on_event: impl FnMut(Event) + Send + 'static,
-    ) -> Result<u32, String> {
+    ) -> anyhow::Result<u32> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut g = self.inner.routes.lock().unwrap();
             if let Some(why) = &g.closed {
-                return Err(format!("{}: connection lost: {why}", self.inner.name));
+                anyhow::bail!("{}: connection lost: {why}", self.inner.name);
             }
             g.map.insert(id, Arc::new(Mutex::new(Box::new(on_event))));
         }
@@ -358,20 +358,17 @@ impl Conn {
         });
         if let Err(e) = self.inner.send(&req) {
             self.inner.routes.lock().unwrap().map.remove(&id);
-            return Err(format!(
-                "{}: cannot send to the agent: {e}",
-                self.inner.name
-            ));
+            anyhow::bail!("{}: cannot send to the agent: {e}", self.inner.name);
         }
         Ok(id)
     }
 
     /// Kills a command (its whole process group) by id.
     /// Input for a command spawned with `Cmd::stdin`; empty `data` closes its stdin.
-    pub fn write_stdin(&self, id: u32, data: Vec<u8>) -> Result<(), String> {
+    pub fn write_stdin(&self, id: u32, data: Vec<u8>) -> anyhow::Result<()> {
         self.inner
             .send(&Request::Stdin { id, data })
-            .map_err(|e| format!("{}: sending input: {e}", self.inner.name))
+            .map_err(|e| anyhow::anyhow!("{}: sending input: {e}", self.inner.name))
     }
 
     pub fn kill(&self, id: u32) {
@@ -385,7 +382,7 @@ impl Conn {
 
     /// Runs a command to completion, killing it if `limit` passes first (then the status is
     /// `TimedOut`).
-    pub fn run(&self, cmd: &Cmd, limit: Duration) -> Result<Output, String> {
+    pub fn run(&self, cmd: &Cmd, limit: Duration) -> anyhow::Result<Output> {
         let (tx, rx) = mpsc::channel();
         let id = self.spawn(cmd, move |e| {
             let _ = tx.send(e);
@@ -411,16 +408,13 @@ impl Conn {
                     out.status = if killed { ExitStatus::TimedOut } else { s };
                     return Ok(out);
                 }
-                Ok(Event::Lost(why)) => return Err(format!("{}: {why}", self.inner.name)),
+                Ok(Event::Lost(why)) => anyhow::bail!("{}: {why}", self.inner.name),
                 Err(mpsc::RecvTimeoutError::Timeout) if !killed => {
                     killed = true;
                     self.kill(id);
                 }
                 Err(_) => {
-                    return Err(format!(
-                        "{}: command did not end even after a kill",
-                        self.inner.name
-                    ));
+                    anyhow::bail!("{}: command did not end even after a kill", self.inner.name);
                 }
             }
         }

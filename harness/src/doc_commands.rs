@@ -281,17 +281,17 @@ pub fn collect(
 
 /// Every documented command of the repository at `root`: its tracked Markdown files and the
 /// `//!` headers of its tracked Rust files, in path order (then line order).
-pub fn collect_repo(root: &Path) -> Result<(Vec<DocCommand>, Vec<DocProblem>), String> {
+pub fn collect_repo(root: &Path) -> anyhow::Result<(Vec<DocCommand>, Vec<DocProblem>)> {
     let out = std::process::Command::new("git")
         .args(["ls-files", "-z", "*.md", "*.rs"])
         .current_dir(root)
         .output()
-        .map_err(|e| format!("running git ls-files: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("running git ls-files: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
+        anyhow::bail!(
             "git ls-files failed: {}",
             String::from_utf8_lossy(&out.stderr)
-        ));
+        );
     }
     let mut files: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .split('\0')

@@ -12,6 +12,11 @@
 //! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
 //! `chapters/course.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
+//! Errors: one approach, `anyhow`, in the CLI, the providers and the test API (whose messages
+//! are meant to be read whole: what ran, the output so far, the next command). The files shared
+//! with the guest agent ([`proto`], [`runner`]) are std-only and speak `io::Error` and protocol
+//! statuses.
+//!
 //! This crate never links rdma-sys: it must build on a machine without RDMA packages, to run
 //! `cargo lab doctor` and `cargo lab setup` there.
 

@@ -38,7 +38,7 @@ fn run_and_break(lab: &Testbed, act: impl FnOnce() + Send + 'static) -> (String,
     t.join().unwrap();
     let acted = rx.recv().unwrap();
     let err = r.expect_err("the run must fail when the lab dies");
-    (err, ended.saturating_duration_since(acted))
+    (format!("{err:#}"), ended.saturating_duration_since(acted))
 }
 
 #[test]

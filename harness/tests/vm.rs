@@ -94,7 +94,9 @@ fn in_lab_runs_the_body_where_rxe_is() {
 fn a_role_past_its_deadline_is_killed_and_reported() {
     let lab = testing::lab(Topology::Loopback);
     let roles = vec![Role::new("sleeper", ["sleep", "600"])];
-    let err = testing::run_roles_in(&lab, &roles, Duration::from_secs(2)).unwrap_err();
+    let err = testing::run_roles_in(&lab, &roles, Duration::from_secs(2))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("still running after 2 s"), "{err}");
     assert!(err.contains("sleeper (exited"), "{err}");
 }

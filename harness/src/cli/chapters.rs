@@ -182,11 +182,9 @@ pub(super) fn run_built(
     exe: &str,
     extra: &[&str],
 ) -> Result<Transcript> {
-    let roles =
-        testing::chapter_roles(lab, &ch.package, exe, extra).map_err(|e| anyhow::anyhow!(e))?;
+    let roles = testing::chapter_roles(lab, &ch.package, exe, extra)?;
     let _g = testing::lock(lab);
-    let t = testing::run_roles_in(lab, &roles, testing::run_timeout())
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let t = testing::run_roles_in(lab, &roles, testing::run_timeout())?;
     print!("{}", t.text());
     Ok(t)
 }

@@ -90,11 +90,9 @@ pub(super) fn stream(
         timeout: None,
         stdin: forward_stdin,
     };
-    let id = conn
-        .spawn(&cmd, move |e| {
-            let _ = tx.send(e);
-        })
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let id = conn.spawn(&cmd, move |e| {
+        let _ = tx.send(e);
+    })?;
     if forward_stdin {
         let conn = conn.clone();
         std::thread::spawn(move || {

@@ -86,7 +86,7 @@ impl Heartbeat {
     }
 
     /// Is the lab alive? Cheap checks ([`Testbed::check`]) each call, plus the heartbeat.
-    pub fn check(&mut self, lab: &Testbed) -> Result<(), String> {
+    pub fn check(&mut self, lab: &Testbed) -> Result<()> {
         lab.check()?;
         let now = Instant::now();
         for (n, hb) in lab.nodes.iter().zip(self.nodes.iter_mut()) {
@@ -96,17 +96,17 @@ impl Heartbeat {
                 hb.1 = now;
                 hb.2 = None;
                 if !err.is_empty() {
-                    return Err(format!("node {}: {err}", node_tag(n.node)));
+                    bail!("node {}: {err}", node_tag(n.node));
                 }
             }
             match hb.2 {
                 Some(sent) if now.duration_since(sent) > HEARTBEAT_LIMIT => {
-                    return Err(format!(
+                    bail!(
                         "node {}: no answer to a heartbeat for {} s: the lab (daemon, agent or \
                          VM) is stuck",
                         node_tag(n.node),
                         HEARTBEAT_LIMIT.as_secs()
-                    ));
+                    );
                 }
                 Some(_) => {}
                 None if now.duration_since(hb.1) >= HEARTBEAT_EVERY => {
@@ -436,37 +436,37 @@ impl Testbed {
 
     /// Cheap liveness checks (no round trip): every connection open, every QEMU this process
     /// started still running, the daemon of an attached lab still the same live process.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<()> {
         for n in &self.nodes {
             if let Some(why) = n.conn.closed_why() {
-                return Err(format!("node {}: {why}", node_tag(n.node)));
+                bail!("node {}: {why}", node_tag(n.node));
             }
         }
         for v in &self.vms {
             if let Some(st) = v.exited() {
-                return Err(format!(
+                bail!(
                     "qemu of node {} (pid {}) exited: {st}",
                     v.node.name(),
                     v.pid()
-                ));
+                );
             }
         }
         if let (Some(pid), Some(dir)) = (self.daemon_pid, &self.dir) {
             if !vm::pid_alive(pid) {
-                return Err(format!("the lab daemon (pid {pid}) is gone"));
+                bail!("the lab daemon (pid {pid}) is gone");
             }
             match read_pid(&dir.join("daemon.pid")) {
                 Some(now) if now != pid => {
-                    return Err(format!(
+                    bail!(
                         "the lab in {} was restarted (daemon pid {pid}, now {now})",
                         dir.display()
-                    ));
+                    );
                 }
                 None => {
-                    return Err(format!(
+                    bail!(
                         "the lab in {} was stopped (`cargo lab down`?)",
                         dir.display()
-                    ));
+                    );
                 }
                 _ => {}
             }
@@ -475,7 +475,7 @@ impl Testbed {
     }
 
     /// What to say when the lab died under a run: why, the consoles' tails, the next command.
-    pub fn dead_report(&self, why: &str) -> String {
+    pub fn dead_report(&self, why: &dyn std::fmt::Display) -> String {
         let next = if self.daemon_pid.is_some() {
             "next: `cargo lab status` shows the shared lab; `cargo lab down && cargo lab up` \
              restarts it (or unset LAB_STATE_DIR to let the test boot its own)"

@@ -77,7 +77,7 @@ pub(super) fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std:
                         &writer,
                         Reply::Exit {
                             id: cid,
-                            status: proto::ExitStatus::SpawnFailed(e),
+                            status: proto::ExitStatus::SpawnFailed(format!("{e:#}")),
                         },
                     ),
                 }

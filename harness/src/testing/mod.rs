@@ -183,7 +183,7 @@ pub fn lab(topology: Topology) -> Arc<Testbed> {
 }
 
 /// [`testbed`] without the panic.
-pub fn try_lab(topology: Topology) -> Result<Arc<Testbed>, String> {
+pub fn try_lab(topology: Topology) -> anyhow::Result<Arc<Testbed>> {
     let mut g = LABS[topo_index(topology)]
         .lock()
         .unwrap_or_else(|p| p.into_inner());
@@ -219,7 +219,7 @@ pub fn try_lab(topology: Topology) -> Result<Arc<Testbed>, String> {
             )),
         }
     });
-    r.clone()
+    r.clone().map_err(anyhow::Error::msg)
 }
 
 /// Environment passed from the host to commands in the lab.
@@ -327,18 +327,18 @@ pub fn chapter_roles(
     package: &str,
     exe: &str,
     args: &[&str],
-) -> Result<Vec<Role>, String> {
-    let (course, _) = Course::load().map_err(|e| format!("{e:#}"))?;
+) -> anyhow::Result<Vec<Role>> {
+    let (course, _) = Course::load()?;
     let ch = course
         .find(package)
-        .ok_or_else(|| format!("chapter {package} is not in chapters/course.toml"))?;
-    let t = ch.topology().map_err(|e| e.to_string())?;
+        .ok_or_else(|| anyhow::anyhow!("chapter {package} is not in chapters/course.toml"))?;
+    let t = ch.topology()?;
     if t != lab.topology {
-        return Err(format!(
+        anyhow::bail!(
             "chapter {package} needs the {} topology, got a {} lab",
             t.name(),
             lab.topology.name()
-        ));
+        );
     }
     Ok(ch.roles(exe, args, lab.server_addr()))
 }

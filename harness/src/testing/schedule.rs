@@ -32,7 +32,13 @@ pub fn run_roles(topology: Topology, roles: Vec<Role>) -> Transcript {
 
 /// [`run_roles`] on a given lab, with a given deadline, without the panic or the lock (the CLI
 /// uses it; take [`lock`] around it when others may share the lab).
-pub fn run_roles_in(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
+pub fn run_roles_in(lab: &Testbed, roles: &[Role], limit: Duration) -> anyhow::Result<Transcript> {
+    schedule(lab, roles, limit).map_err(anyhow::Error::msg)
+}
+
+/// [`run_roles_in`]'s body; its error is the whole report (what ran, the output so far, the
+/// consoles' tails), built as text.
+fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
     let deadline = Instant::now() + limit;
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
     // Waits for the next event until the overall deadline, in short slices: between them the
@@ -52,7 +58,7 @@ pub fn run_roles_in(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Tr
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Err(why) = hb.check(lab) {
-                        return Next::Dead(why);
+                        return Next::Dead(format!("{why:#}"));
                     }
                 }
             }
