@@ -1,4 +1,5 @@
-//! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine, the one build).
+//! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine,
+//! the one build).
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! `exec` and `shell`: a command where the rxe device is, as a runner (environment, stdin, exit status), and `exec --cargo`.
+//! `exec` and `shell`: a command where the rxe device is, as a runner (environment, stdin,
+//! exit status), and `exec --cargo`.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! `test`: set up, start both labs (or reuse `up`'s), `cargo test --workspace`, keep the logs of a failure, tear down.
+//! `test`: set up, start both labs (or reuse `up`'s), `cargo test --workspace`, keep the logs
+//! of a failure, tear down.
 
 use super::*;
 
