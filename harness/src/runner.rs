@@ -33,14 +33,21 @@ impl Proc {
     }
 }
 
-/// SIGKILL to a whole process group, through kill(1) (std has no killpg; this stays safe code).
+/// SIGKILL to a whole process group.
 fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-s", "KILL", "--", &format!("-{pgid}")])
+    signal_group(pgid, "KILL");
+}
+
+/// Sends `signal` (a name: "INT", "KILL" ...) to a whole process group, as a terminal does,
+/// through kill(1) (std has no killpg; this stays safe code). True if kill(1) succeeded.
+pub fn signal_group(pgid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .args(["-s", signal, "--", &format!("-{pgid}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status();
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Runs commands concurrently and reports on them through a sink.

@@ -14,6 +14,7 @@
 
 use harness::Topology;
 use harness::course::workspace_root;
+use harness::runner::signal_group;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -161,20 +162,14 @@ impl Started {
     /// SIGINT to the process group; waits (up to 30 s) for cargo-lab to end.
     fn interrupt(mut self) -> (std::process::ExitStatus, Duration) {
         let pid = self.child.id();
-        let st = Command::new("kill")
-            .args(["-INT", "--", &format!("-{pid}")])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        assert!(signal_group(pid, "INT"), "kill -INT -{pid} failed");
         let t0 = Instant::now();
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 return (s, t0.elapsed());
             }
             if t0.elapsed() > Duration::from_secs(30) {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .status();
+                signal_group(pid, "KILL");
                 panic!("cargo-lab still running 30 s after SIGINT:\n{}", self.seen);
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -166,9 +166,7 @@ fn finish(r: Running, limit: Duration) -> (Option<i32>, String) {
             Ok(Some(st)) => break st.code().or(Some(128 + 9)),
             Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(100)),
             _ => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
+                harness::runner::signal_group(child.id(), "KILL");
                 let _ = child.wait();
                 break None;
             }
