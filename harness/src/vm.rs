@@ -1,10 +1,10 @@
 //! The microVM provider: QEMU booting an installed distro kernel that ships rdma_rxe.
 //!
-//! Recipe (measured on this project's machine; harness/README.md has the figures): `-kernel` (the extracted vmlinux through its
-//! PVH entry when possible) + our initramfs; the host's root read-only over 9p; the agent on a
-//! virtio-serial port whose host end is a unix socket in the lab's state dir; the guest console
-//! in `console-<node>.log` there. Pair: two VMs whose NICs are UDP sockets on 127.0.0.1 aimed at
-//! each other.
+//! Recipe (measured on this project's machine; harness/README.md has the figures): `-kernel`
+//! (the extracted vmlinux through its PVH entry when possible) + our initramfs; the host's root
+//! read-only over 9p; the agent on a virtio-serial port whose host end is a unix socket in the
+//! lab's state dir; the guest console in `console-<node>.log` there. Pair: two VMs whose NICs
+//! are UDP sockets on 127.0.0.1 aimed at each other.
 //!
 //! Teardown: QEMU is started through `setpriv --pdeathsig KILL` from one thread that lives as
 //! long as the process, so QEMU dies with the process that started it even when nobody drops

@@ -114,8 +114,19 @@ pub(super) fn checks() -> Vec<Check> {
     ));
     if want_vm {
         match crate::kernel::find_kernel() {
-            Ok(k) => c.push(Check::required("kernel with rdma_rxe", true, format!("{} ({})", k.version, k.image.display()), "")),
-            Err(_) => c.push(Check::required("kernel with rdma_rxe", false, "no /boot/vmlinuz-<ver> with /lib/modules/<ver>/.../rdma_rxe.ko*".into(), "cargo lab setup   (installs linux-image-amd64; Ubuntu: linux-image-generic linux-modules-extra-generic)")),
+            Ok(k) => c.push(Check::required(
+                "kernel with rdma_rxe",
+                true,
+                format!("{} ({})", k.version, k.image.display()),
+                "",
+            )),
+            Err(_) => c.push(Check::required(
+                "kernel with rdma_rxe",
+                false,
+                "no /boot/vmlinuz-<ver> with /lib/modules/<ver>/.../rdma_rxe.ko*".into(),
+                "cargo lab setup   (installs linux-image-amd64; Ubuntu: linux-image-generic, \
+                 which pulls in the modules-extra package that has rdma_rxe)",
+            )),
         }
         let q = vm::which("qemu-system-x86_64");
         c.push(Check::required(
@@ -335,8 +346,12 @@ pub(super) fn checks() -> Vec<Check> {
              mana_ib mlx5_ib`)",
         ));
     } else {
-        c.push(Check::info("GID and MTU", "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active MTU 1024"
-                .into()));
+        c.push(Check::info(
+            "GID and MTU",
+            "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active \
+             MTU 1024"
+                .into(),
+        ));
     }
     // What `cargo lab test`'s repository checks run (harness/tests/repo_checks.rs).
     for (tool, fix) in [
