@@ -3,7 +3,8 @@
 //! Each case starts `cargo-lab` in a process group of its own and, at a chosen stage, sends
 //! SIGINT to the whole group, as a terminal does. Then it checks what is left:
 //! - no QEMU the command started (a lab booted for it is gone);
-//! - no private state dir of the command (`/tmp/rxe-lab.<pid>.*`, `/tmp/rxe-lab-test.<pid>`);
+//! - no private state dir of the command (`/tmp/rxe-lab.<pid>.*`, `/tmp/rxe-lab-test.<pid>`),
+//!   and no kept logs (`/tmp/rxe-lab-logs.<pid>`: those are for failures, not for Ctrl-C);
 //! - no lock: the shared lab's `run.lock` can be taken at once;
 //! - no chapter (or other) process of the command left in the guest (`ps` in the lab);
 //! - the shared lab itself still up (it belongs to whoever ran `cargo lab up`).
@@ -187,7 +188,9 @@ fn assert_host_clean(pid: u32) {
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| {
-                n.starts_with(&format!("rxe-lab.{pid}.")) || *n == format!("rxe-lab-test.{pid}")
+                n.starts_with(&format!("rxe-lab.{pid}."))
+                    || *n == format!("rxe-lab-test.{pid}")
+                    || *n == format!("rxe-lab-logs.{pid}")
             })
             .collect();
         if extra.is_empty() && dirs.is_empty() {

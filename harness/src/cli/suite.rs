@@ -56,7 +56,8 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
         let st = cmd.status().context("running cargo test")?;
         Ok(st.code().unwrap_or(130))
     })();
-    let failed = !matches!(result, Ok(0));
+    // Logs are kept for a failure, not for a run the user stopped (Ctrl-C).
+    let failed = !matches!(result, Ok(0)) && !interrupted.load(Ordering::SeqCst);
     if failed && provider == Provider::Vm {
         // Keep the guest consoles, QEMU's and the daemons' logs before the daemons remove their
         // dirs: under /tmp/rxe-lab-logs.<pid>/, which CI's failure upload
