@@ -43,6 +43,10 @@ done
 # rdma-sys needs to build (pkg-config, libclang for bindgen 0.59: at most version 15).
 pkgs=(rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
       perftest pkg-config iproute2 gcc)
+# The measuring and wire tools chapters 11 and 13 run beside the course's own programs: qperf,
+# sockperf and iperf3 (reference TCP and RDMA figures), strace (syscall counts), tshark (RoCE v2
+# decoding of the lab's packet traces), tcpdump (captures in the guests).
+pkgs+=(qperf sockperf iperf3 strace tshark tcpdump)
 
 # shellcheck source=/dev/null
 . /etc/os-release 2>/dev/null || true
@@ -77,6 +81,8 @@ fi
 
 if [ "$want_dev" = 1 ]; then
   pkgs+=(shellcheck)
+  # The book's browser test drives Debian's/Ubuntu's headless Chromium.
+  pkgs+=(chromium)
   # Debian and Ubuntu still ship vagrant 2.3 (the last MPL release); elsewhere say so.
   if apt-cache show vagrant >/dev/null 2>&1; then
     pkgs+=(vagrant)
