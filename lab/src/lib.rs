@@ -45,6 +45,7 @@
 //! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
+//! | [`tree`] | | [`tree::OBJECTS`]: the object tree as data, [`tree::teardown_order`] |
 //! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
 //! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
 //!
@@ -91,6 +92,7 @@ pub mod process;
 pub mod qp;
 pub mod show;
 pub mod srq;
+pub mod tree;
 pub mod wr;
 
 pub use ah::{AddressHandle, UD_GRH_BYTES};

@@ -2,7 +2,7 @@
 //!
 //! This file holds the command line (clap) and the dispatch; each command family has its file:
 //! [`labs`] (up, status, down, the daemon), [`exec`] (exec, shell), [`chapters`] (list, build,
-//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`bench`].
+//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`book`], [`bench`].
 //!
 //! Every error names the next command to run; every wait has a deadline; Ctrl-C tears down
 //! what the command started.
@@ -26,12 +26,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod bench;
+mod book;
 mod chapters;
 mod doctor;
 mod exec;
 mod labs;
 mod suite;
 use bench::*;
+use book::*;
 use chapters::*;
 use doctor::*;
 use exec::*;
@@ -131,6 +133,23 @@ enum Sub {
     /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
     /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
     Build,
+    /// Render the course as a book into target/book (`book/`: chapter READMEs, listings and
+    /// the tested outputs, diagrams drawn from the project's data); sets up graphviz and the
+    /// pinned mdbook first when they are missing.
+    Book {
+        /// Where to render (default: target/book).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Serve it on 127.0.0.1 and render again whenever a source changes (Ctrl-C stops).
+        #[arg(long)]
+        serve: bool,
+        /// Port for --serve.
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+        /// With --serve: stop after this many seconds (for scripts and tests).
+        #[arg(long, value_name = "SECS", requires = "serve")]
+        serve_secs: Option<u64>,
+    },
     /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -209,6 +228,12 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             Ok(0)
         }
         Sub::Status => status(),
+        Sub::Book {
+            out,
+            serve,
+            port,
+            serve_secs,
+        } => book(out, serve, port, serve_secs),
         Sub::Down { topology } => down(&topology.list()),
         Sub::Exec {
             node,

@@ -1,0 +1,60 @@
+//! `book`: the course as an mdBook (the `rxe-lab-book` crate under `book/` generates and renders
+//! it). Sets up what it needs first (`scripts/setup.sh --book`: graphviz and the pinned mdbook),
+//! builds with the one shared build, then runs the generator.
+
+use super::*;
+
+/// The mdbook `scripts/setup.sh --book` pins (book/src/lib.rs says why this one).
+const MDBOOK_VERSION: &str = "0.4.52";
+
+fn mdbook_ready() -> bool {
+    let pinned = crate::initramfs::cache_dir()
+        .join("tools")
+        .join(format!("mdbook-{MDBOOK_VERSION}"))
+        .join("bin/mdbook");
+    let ok = |p: &Path| {
+        Command::new(p).arg("--version").output().is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout).trim() == format!("mdbook v{MDBOOK_VERSION}")
+        })
+    };
+    ok(&pinned) || std::env::var_os("MDBOOK").is_some_and(|m| ok(Path::new(&m)))
+}
+
+pub(super) fn book(
+    out: Option<PathBuf>,
+    serve: bool,
+    port: u16,
+    serve_secs: Option<u64>,
+) -> Result<i32> {
+    let root = root()?;
+    if vm::which("dot").is_none() || !mdbook_ready() {
+        eprintln!(
+            "cargo lab book: needs graphviz and mdbook {MDBOOK_VERSION}; running \
+             `scripts/setup.sh --book` first ..."
+        );
+        let code = run_setup(&["--book"])?;
+        if code != 0 {
+            bail!(
+                "setup --book failed (exit {code}; see above); next: `bash scripts/setup.sh --book \
+                 --print` shows what to install, then `cargo lab book` again"
+            );
+        }
+    }
+    prepare("book")?;
+    let exes = build(&["rxe-lab-book"])?;
+    let exe = &exes.iter().find(|(n, _)| n == "rxe-lab-book").unwrap().1;
+    let out = out.unwrap_or_else(|| root.join("target/book"));
+    let mut cmd = Command::new(exe);
+    cmd.current_dir(&root)
+        .arg(if serve { "serve" } else { "build" })
+        .arg("--out")
+        .arg(&out);
+    if serve {
+        cmd.args(["--port", &port.to_string()]);
+        if let Some(s) = serve_secs {
+            cmd.args(["--serve-secs", &s.to_string()]);
+        }
+    }
+    let st = cmd.status().context("running rxe-lab-book")?;
+    Ok(st.code().unwrap_or(1))
+}
