@@ -151,38 +151,52 @@ pub fn failures(repo: &Path) -> Result<String> {
     let status = regex::Regex::new(r"\b(IBV_[A-Z_]+|E[A-Z]+) \((\d+)\)").unwrap();
     let mut s = String::from(
         "digraph failures {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n  \
-         edge [color=\"#777777\"];\n",
+         edge [color=\"#777777\", fontname=\"Helvetica\"];\n",
     );
     let mut seen: Vec<String> = vec![];
     let mut cases = 0;
-    for line in body.lines().skip(2) {
-        let mut cols = line.split_whitespace();
-        let Some(case) = cols.next() else { continue };
-        if !case.contains('-') || line.contains("cases behaved") {
+    // Columns from the header line: "case", "what rxe produces", "result".
+    let mut lines = body
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("case "));
+    let header = lines
+        .next()
+        .context("no header line (case / what rxe produces)")?;
+    let what_at = header
+        .find("what rxe produces")
+        .context("no 'what' column")?;
+    let result_at = header.find("result").context("no 'result' column")?;
+    for line in lines {
+        if line.len() < result_at || line.contains("cases behaved") {
             continue;
         }
+        let case = line[..what_at].trim();
+        let what = line[what_at..result_at].trim();
         cases += 1;
         let _ = writeln!(
             s,
             "  \"{case}\" [shape=box, style=\"rounded,filled\", fillcolor=\"#fbeeee\"];"
         );
+        // What the status does not say ("at RTR", "on one device / ..."), on the edge.
+        let rest = status.replace_all(what, "");
+        let rest = rest.trim_matches(|c: char| c == ',' || c == '/' || c.is_whitespace());
+        let label = rest.replace('"', "'");
         let mut any = false;
-        for c in status.captures_iter(line) {
+        for c in status.captures_iter(what) {
             let st = format!("{} ({})", &c[1], &c[2]);
             if !seen.contains(&st) {
                 let _ = writeln!(s, "  \"{st}\" [shape=note];");
                 seen.push(st.clone());
             }
-            let _ = writeln!(s, "  \"{case}\" -> \"{st}\";");
+            let _ = writeln!(
+                s,
+                "  \"{case}\" -> \"{st}\" [label=\"{label}\", fontsize=9];"
+            );
             any = true;
         }
         if !any {
-            let other = line
-                .split_whitespace()
-                .skip(1)
-                .collect::<Vec<_>>()
-                .join(" ");
-            let _ = writeln!(s, "  \"{case}\" -> \"{}\";", other.replace('"', "'"));
+            let _ = writeln!(s, "  \"{what}\" [shape=note];");
+            let _ = writeln!(s, "  \"{case}\" -> \"{what}\";");
         }
     }
     if cases == 0 {
@@ -218,5 +232,25 @@ mod tests {
         assert!(d.contains("\"MR\" -> \"PD\""), "{d}");
         assert!(d.contains("\"CQ\" -> \"channel\" [style=dashed"), "{d}");
         assert!(d.contains("teardown order: QP"), "{d}");
+    }
+
+    #[test]
+    fn every_case_of_chapter_08_is_drawn_with_its_status() {
+        let repo = harness::course::workspace_root().unwrap();
+        let d = failures(&repo).unwrap();
+        // A case without a hyphen, a status with a qualifier, and one that is no status.
+        assert!(
+            d.contains("\"memlock\" -> \"ENOMEM (12)\" [label=\"from ibv_reg_mr\""),
+            "{d}"
+        );
+        assert!(
+            d.contains("\"skip-rtr\" -> \"EINVAL (22)\" [label=\"\""),
+            "{d}"
+        );
+        assert!(
+            d.contains("\"cq-overflow\" -> \"IBV_EVENT_CQ_ERR per lost completion\""),
+            "{d}"
+        );
+        assert_eq!(d.matches("fillcolor=\"#fbeeee\"").count(), 16, "{d}");
     }
 }
