@@ -85,8 +85,15 @@ fi
 
 if [ "$want_dev" = 1 ]; then
   pkgs+=(shellcheck)
-  # The book's browser test drives Debian's/Ubuntu's headless Chromium.
-  pkgs+=(chromium)
+  # The book's browser test drives a headless Chromium: Debian's package. Ubuntu ships Chromium
+  # only as a snap (its deb is a wrapper that needs snapd); there an installed Chrome or
+  # Chromium is used (GitHub's Ubuntu runners carry google-chrome), else say what to install.
+  if [ "${ID:-debian}" != ubuntu ]; then
+    pkgs+=(chromium)
+  elif ! command -v chromium >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1 \
+       && ! command -v chromium-browser >/dev/null 2>&1; then
+    echo "setup.sh: the book's browser test needs Chromium or Chrome; on Ubuntu: sudo snap install chromium" >&2
+  fi
   # Debian and Ubuntu still ship vagrant 2.3 (the last MPL release); elsewhere say so.
   if apt-cache show vagrant >/dev/null 2>&1; then
     pkgs+=(vagrant)

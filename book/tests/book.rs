@@ -180,3 +180,24 @@ fn diagrams_are_inline_svg_drawn_from_the_data() {
         assert!(fig.contains(must), "{page}: {id} lacks {must:?}");
     }
 }
+
+#[test]
+fn the_mdbook_pin_is_the_same_everywhere() {
+    let repo = repo();
+    let v = rxe_lab_book::MDBOOK_VERSION;
+    let setup = std::fs::read_to_string(repo.join("scripts/setup.sh")).unwrap();
+    assert!(
+        setup.contains(&format!("mdbook_version={v}\n")),
+        "scripts/setup.sh installs another mdbook than {v}"
+    );
+    let cli = std::fs::read_to_string(repo.join("harness/src/cli/book.rs")).unwrap();
+    assert!(
+        cli.contains(&format!("const MDBOOK_VERSION: &str = \"{v}\";")),
+        "harness/src/cli/book.rs checks another mdbook than {v}"
+    );
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("mdBook {v}")),
+        "README.md names another mdBook"
+    );
+}

@@ -7,7 +7,8 @@ use super::*;
 /// The mdbook `scripts/setup.sh --book` pins (book/src/lib.rs says why this one).
 const MDBOOK_VERSION: &str = "0.4.52";
 
-fn mdbook_ready() -> bool {
+/// The pinned mdbook's path and version, if it is installed (`$MDBOOK`, or the cache dir's).
+pub(super) fn pinned_mdbook() -> Option<String> {
     let pinned = crate::initramfs::cache_dir()
         .join("tools")
         .join(format!("mdbook-{MDBOOK_VERSION}"))
@@ -17,7 +18,12 @@ fn mdbook_ready() -> bool {
             String::from_utf8_lossy(&o.stdout).trim() == format!("mdbook v{MDBOOK_VERSION}")
         })
     };
-    ok(&pinned) || std::env::var_os("MDBOOK").is_some_and(|m| ok(Path::new(&m)))
+    let env = std::env::var_os("MDBOOK").map(PathBuf::from);
+    [env, Some(pinned)]
+        .into_iter()
+        .flatten()
+        .find(|p| ok(p))
+        .map(|p| format!("{} (v{MDBOOK_VERSION})", p.display()))
 }
 
 pub(super) fn book(
@@ -27,7 +33,7 @@ pub(super) fn book(
     serve_secs: Option<u64>,
 ) -> Result<i32> {
     let root = root()?;
-    if vm::which("dot").is_none() || !mdbook_ready() {
+    if vm::which("dot").is_none() || pinned_mdbook().is_none() {
         eprintln!(
             "cargo lab book: needs graphviz and mdbook {MDBOOK_VERSION}; running \
              `scripts/setup.sh --book` first ..."

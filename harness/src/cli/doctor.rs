@@ -353,6 +353,33 @@ pub(super) fn checks() -> Vec<Check> {
                 .into(),
         ));
     }
+    // What `cargo lab book` and the book's tests need.
+    let dot = vm::which("dot");
+    c.push(Check::optional(
+        "graphviz (cargo lab book: the diagrams)",
+        dot.is_some(),
+        dot.map(|p| p.display().to_string())
+            .unwrap_or_else(|| "no dot on PATH".into()),
+        "bash scripts/setup.sh --book   (apt-get install graphviz)",
+    ));
+    let mdbook = super::book::pinned_mdbook();
+    c.push(Check::optional(
+        "mdbook (cargo lab book)",
+        mdbook.is_some(),
+        mdbook.unwrap_or_else(|| "the pinned version is not installed".into()),
+        "bash scripts/setup.sh --book   (cargo install mdbook --locked, into ~/.cache/rxe-lab/tools)",
+    ));
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|b| vm::which(b));
+    c.push(Check::optional(
+        "chromium (the book's browser test)",
+        browser.is_some(),
+        browser
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "none of chromium, chromium-browser, google-chrome".into()),
+        "bash scripts/setup.sh --dev   (Debian: apt-get install chromium; Ubuntu: sudo snap install chromium)",
+    ));
     // What `cargo lab test`'s repository checks run (harness/tests/repo_checks.rs).
     for (tool, fix) in [
         (
@@ -469,8 +496,14 @@ pub(super) fn run_setup(args: &[&str]) -> Result<i32> {
     Ok(st.code().unwrap_or(1))
 }
 
-pub(super) fn setup(vm: bool, native: bool, print: bool) -> Result<i32> {
+pub(super) fn setup(vm: bool, native: bool, dev: bool, book: bool, print: bool) -> Result<i32> {
     let mut args = vec![];
+    if dev {
+        args.push("--dev");
+    }
+    if book {
+        args.push("--book");
+    }
     let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
     if vm || (!native && (forced == "vm" || (!testbed::native_available() && forced != "native"))) {
         args.push("--vm");

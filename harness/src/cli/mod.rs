@@ -68,6 +68,13 @@ enum Sub {
         /// Load rdma_rxe here and create an rxe link (native provider).
         #[arg(long)]
         native: bool,
+        /// Also the developer tools `cargo lab test` runs (actionlint, shellcheck, vagrant,
+        /// chromium) and the book's (implies --book).
+        #[arg(long)]
+        dev: bool,
+        /// What `cargo lab book` needs: graphviz and the pinned mdbook.
+        #[arg(long)]
+        book: bool,
         /// Print what is missing and the command, install nothing.
         #[arg(long)]
         print: bool,
@@ -219,7 +226,13 @@ pub fn main() -> i32 {
 fn dispatch(cmd: Sub) -> Result<i32> {
     match cmd {
         Sub::Doctor => doctor(),
-        Sub::Setup { vm, native, print } => setup(vm, native, print),
+        Sub::Setup {
+            vm,
+            native,
+            dev,
+            book,
+            print,
+        } => setup(vm, native, dev, book, print),
         Sub::Up { topology } => {
             for t in topology.list() {
                 up(t, true)?;
