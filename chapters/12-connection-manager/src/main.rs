@@ -227,13 +227,19 @@ fn conn_on(id: CmId, len: usize, role: &str, step: u32) -> Result<Conn> {
 fn print_qp(role: &str, step: u32, qp: &QueuePair<state::Rts>) -> Result<QpInfo> {
     let i = qp.query().or_fail("ibv_query_qp")?;
     println!("step {step}: {role}: ibv_query_qp after ESTABLISHED: what rdma_cm set");
+    // The server's rq_psn moves as soon as the client's first request arrives, which may be
+    // before this query: only the client, which has sent nothing yet, prints it.
+    let rq = if role.starts_with("client") {
+        format!(", rq_psn {}", show::psn(i.rq_psn))
+    } else {
+        String::new()
+    };
     println!(
-        "  state {}, path_mtu {}, dest_qp_num {}, sq_psn {}, rq_psn {}",
+        "  state {}, path_mtu {}, dest_qp_num {}, sq_psn {}{rq}",
         i.state,
         i.path_mtu.map_or("?".to_string(), |m| m.to_string()),
         show::qpn(i.dest_qp_num),
         show::psn(i.sq_psn),
-        show::psn(i.rq_psn)
     );
     println!(
         "  max_rd_atomic {}, max_dest_rd_atomic {}, timeout {}, retry_cnt {}, rnr_retry {}, \
@@ -644,10 +650,9 @@ fn serve_sendrecv(o: &Opts, role: &str, id: CmId) -> Result {
         // ucmatose's server disconnects first; so do we in its place.
         c.id.disconnect().or_fail("rdma_disconnect")?;
     }
-    let ev = c
-        .id
-        .expect_event(CmEventType::Disconnected, t)
-        .or_fail("waiting for the client's disconnect")?;
+    let ev =
+        c.id.expect_event(CmEventType::Disconnected, t)
+            .or_fail("waiting for the client's disconnect")?;
     println!("step {step}: {role}: {ev}");
     if !ucmatose {
         c.id.disconnect().or_fail("rdma_disconnect")?;
@@ -703,7 +708,9 @@ fn client(o: &Opts, host: &str) -> Result {
         Proto::Lab => lab_session(o, &mut c, region.expect("lab protocol"), first, 7),
         Proto::Rping => rping_client(o, c),
         Proto::Sendrecv => sendrecv_client(o, c),
-        Proto::Ucmatose => Err("--proto ucmatose is a server protocol (run ucmatose -s as the client)".into()),
+        Proto::Ucmatose => {
+            Err("--proto ucmatose is a server protocol (run ucmatose -s as the client)".into())
+        }
     }
 }
 

@@ -134,10 +134,8 @@ impl Drop for QpInner {
         // SAFETY: the QP is alive and destroyed exactly once; its CQs and PD are still alive
         // (we hold Arcs, released after this).
         let ret = unsafe { ibv_destroy_qp(self.qp.as_ptr()) };
-        if ret == 0 {
-            if let Some(id) = &self.cm_id {
-                id.forget_qp();
-            }
+        if let (0, Some(id)) = (ret, &self.cm_id) {
+            id.forget_qp();
         }
         if let Err(e) = rc(ret, |errno| Error::DestroyQp { errno }) {
             report_drop_failure("ibv_destroy_qp", &e);
@@ -503,10 +501,8 @@ impl<S: QpTypeState> QueuePair<S> {
         self.inner.destroyed = true;
         // SAFETY: the QP is alive; `destroyed` stops Drop from destroying it again.
         let ret = unsafe { ibv_destroy_qp(self.inner.qp.as_ptr()) };
-        if ret == 0 {
-            if let Some(id) = &self.inner.cm_id {
-                id.forget_qp();
-            }
+        if let (0, Some(id)) = (ret, &self.inner.cm_id) {
+            id.forget_qp();
         }
         rc(ret, |errno| Error::DestroyQp { errno })
     }
