@@ -191,3 +191,23 @@ fn cm_loopback_address_is_a_route_error() {
         },
     );
 }
+
+#[test]
+fn cm_create_qp_refuses_a_pd_of_another_context() {
+    in_lab(
+        Topology::Loopback,
+        "cm_create_qp_refuses_a_pd_of_another_context",
+        || {
+            let id = resolved(SocketAddr::new(rxe_ip(), 20890));
+            // Our own ibv_open_device: the same device, but not librdmacm's context.
+            let ctx = Context::open_default().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(4, None).unwrap();
+            let e = id
+                .create_qp(&pd, &QpInitAttr::rc(&cq, &cq))
+                .unwrap_err();
+            assert_eq!(e.errno(), Some(Errno(22)), "{e}");
+            assert!(e.to_string().contains("CmId::context"), "{e}");
+        },
+    );
+}
