@@ -203,9 +203,7 @@ fn cm_create_qp_refuses_a_pd_of_another_context() {
             let ctx = Context::open_default().unwrap();
             let pd = ctx.alloc_pd().unwrap();
             let cq = ctx.create_cq(4, None).unwrap();
-            let e = id
-                .create_qp(&pd, &QpInitAttr::rc(&cq, &cq))
-                .unwrap_err();
+            let e = id.create_qp(&pd, &QpInitAttr::rc(&cq, &cq)).unwrap_err();
             assert_eq!(e.errno(), Some(Errno(22)), "{e}");
             assert!(e.to_string().contains("CmId::context"), "{e}");
         },
