@@ -703,9 +703,9 @@ fn client(o: &Opts, host: &str) -> Result {
         return Ok(()); // the refusal this case is about, printed
     };
     let mut c = established(c)?;
-    let first = print_qp("client", 6, &c.qp)?;
+    print_qp("client", 6, &c.qp)?;
     match o.proto {
-        Proto::Lab => lab_session(o, &mut c, region.expect("lab protocol"), first, 7),
+        Proto::Lab => lab_session(o, &mut c, region.expect("lab protocol"), 7),
         Proto::Rping => rping_client(o, c),
         Proto::Sendrecv => sendrecv_client(o, c),
         Proto::Ucmatose => {
@@ -836,13 +836,7 @@ fn connect(o: &Opts, role: &str, dst: SocketAddr) -> Result<Option<(Conn, Option
 
 /// The lab protocol: WRITE into the server's region, READ it back; then, by case, a clean
 /// disconnect, or a "done" SEND to a server that dies.
-fn lab_session(
-    o: &Opts,
-    c: &mut Conn<state::Rts>,
-    region: Region,
-    _first: QpInfo,
-    step: u32,
-) -> Result {
+fn lab_session(o: &Opts, c: &mut Conn<state::Rts>, region: Region, step: u32) -> Result {
     let t = timeout(o);
     let role = "client";
     write_read(role, step, c, region, t)?;
@@ -1019,12 +1013,11 @@ fn reconnect_case(o: &Opts, dst: SocketAddr) -> Result {
     drop(c.id);
     let start = Instant::now();
     let deadline = start + t;
-    let mut refused = 0;
     let (c, region) = loop {
         match try_connect(dst, t) {
             Ok(x) => break x,
+            // How many attempts it takes is timing-dependent, so it is not printed.
             Err(e) if e.0.contains("status 8") && Instant::now() < deadline => {
-                refused += 1;
                 std::thread::sleep(Duration::from_millis(200));
             }
             Err(e) => return Err(e),
@@ -1035,7 +1028,6 @@ fn reconnect_case(o: &Opts, dst: SocketAddr) -> Result {
          retried every 200 ms, up to the deadline)",
         show::elapsed(start.elapsed())
     );
-    let _ = refused; // how many: timing-dependent, so not printed
     let mut c = established(c)?;
     let second = print_qp(role, 13, &c.qp)?;
     expect(second.sq_psn != first.sq_psn, || {
