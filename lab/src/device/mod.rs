@@ -420,6 +420,12 @@ impl Context {
     /// Closes the device explicitly (`ibv_close_device(3)`) and reports a failure, instead of
     /// leaving it to `Drop`. Refused while other handles or child objects are still alive.
     pub fn close(self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::InUse {
+                object: "librdmacm's device context",
+                detail: "lab did not open it (cm::CmId::context), so it does not close it".into(),
+            });
+        }
         let inner = Arc::try_unwrap(self.inner).map_err(|arc| Error::InUse {
             object: "the device context",
             detail: format!(
