@@ -206,6 +206,9 @@ fn cm_create_qp_refuses_a_pd_of_another_context() {
             let e = id.create_qp(&pd, &QpInitAttr::rc(&cq, &cq)).unwrap_err();
             assert_eq!(e.errno(), Some(Errno(22)), "{e}");
             assert!(e.to_string().contains("CmId::context"), "{e}");
+            // librdmacm's own context is not lab's to close.
+            let e = id.context().unwrap().close().unwrap_err();
+            assert!(e.to_string().contains("lab did not open it"), "{e}");
         },
     );
 }
