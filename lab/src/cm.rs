@@ -58,9 +58,13 @@ pub const MAX_CONNECT_DATA: usize = 56;
 pub const MAX_ACCEPT_DATA: usize = 196;
 /// The most private data `rdma_reject` carries (the IB CM REJ): 148 bytes.
 pub const MAX_REJECT_DATA: usize = 148;
-/// The kernel CM's response timeout on an outgoing REQ: 4.096 us * 2^20 = 4.3 s per try,
-/// retried up to 15 times (`CMA_CM_RESPONSE_TIMEOUT`, `CMA_MAX_CM_RETRIES`).
+/// The kernel CM's response timeout on an outgoing REQ: 4.096 us * 2^20 = 4.3 s, plus the
+/// packet lifetime, per try, retried up to 15 times (`CMA_CM_RESPONSE_TIMEOUT`,
+/// `CMA_MAX_CM_RETRIES`).
 pub const CM_RESPONSE_TIMEOUT: Duration = Duration::from_micros(4_295_000);
+/// How long a connect to an address that answers ARP but runs no rdma_cm peer took before
+/// UNREACHABLE on rxe here (measured with `rping -c`: 107 s).
+pub const NO_CM_PEER_WAIT: Duration = Duration::from_secs(107);
 
 c_enum! {
     /// `enum rdma_cm_event_type`: what a connection-manager event reports.
@@ -283,10 +287,11 @@ impl CmEvent {
                  address (`ip -4 addr`, `rdma link`), and is the peer up?",
             ),
             CmEvent::Unreachable { .. } => Hint::new(format!(
-                "the peer's CM never answered: a host with no rdma_cm peer costs {:.1} s per \
-                 REQ retry (up to 15 retries); is rdma_rxe loaded on the peer and the address \
-                 right?",
-                CM_RESPONSE_TIMEOUT.as_secs_f64()
+                "the peer's CM never answered: a host with no rdma_cm peer costs at least {:.1} \
+                 s per REQ try, up to 16 tries ({} s in all on rxe); is rdma_rxe loaded on the \
+                 peer and the address right?",
+                CM_RESPONSE_TIMEOUT.as_secs_f64(),
+                NO_CM_PEER_WAIT.as_secs()
             )),
             CmEvent::Disconnected => {
                 Hint::new("the peer disconnected (or its process died): reconnect from RESET")
@@ -647,10 +652,14 @@ impl CmId {
                 return Err(Error::EventTimeout {
                     what: "rdma_cm event".into(),
                     timeout,
-                    hint: Hint::new(
+                    hint: Hint::new(format!(
                         "is the peer running and reachable? (a connect to a host with no CM \
-                         peer waits about 4.3 s per REQ retry)",
-                    ),
+                         peer waits at least {:.1} s per REQ try, {} s in all before \
+                         UNREACHABLE on rxe: give a connect a deadline beyond that, or expect \
+                         this timeout)",
+                        CM_RESPONSE_TIMEOUT.as_secs_f64(),
+                        NO_CM_PEER_WAIT.as_secs()
+                    )),
                 });
             }
             let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
@@ -1002,7 +1011,7 @@ mod tests {
             "RDMA_CM_EVENT_ADDR_ERROR (1), status -110 (-ETIMEDOUT)"
         );
         let ev = CmEvent::decode(7, -110, &[], no_request).unwrap();
-        assert!(ev.hint().text().unwrap().contains("4.3 s per REQ retry"));
+        assert!(ev.hint().text().unwrap().contains("4.3 s per REQ try"));
         let ev = CmEvent::decode(9, 0, b"region", no_request).unwrap();
         assert_eq!(ev.to_string(), "RDMA_CM_EVENT_ESTABLISHED (9)");
         assert_eq!(ev.private_data(), b"region");
