@@ -275,6 +275,20 @@ pub enum Error {
     /// `poll(2)` or `fcntl(2)` on a verbs file descriptor failed.
     #[error("{call} failed: {errno}")]
     Os { call: &'static str, errno: Errno },
+    /// An `rdma_*` call of librdmacm failed (they return -1 and set `errno`).
+    #[error("{call} failed: {errno}{hint}")]
+    Cm {
+        call: &'static str,
+        errno: Errno,
+        hint: Hint,
+    },
+    /// An rdma_cm event other than the one the program waited for (`lab::cm`).
+    #[error("expected {want}, got {got}{hint}")]
+    CmEvent {
+        want: &'static str,
+        got: String,
+        hint: Hint,
+    },
     /// The object is still in use by others (its children, events not yet acknowledged),
     /// so `lab` refused to call the destroy verb (which would fail or block).
     #[error("{object} is still in use: {detail}")]
@@ -329,7 +343,8 @@ impl Error {
             | DestroyQp { errno }
             | PostSend { errno, .. }
             | PostRecv { errno, .. }
-            | Os { errno, .. } => Some(*errno),
+            | Os { errno, .. }
+            | Cm { errno, .. } => Some(*errno),
             _ => None,
         }
     }
@@ -358,7 +373,9 @@ impl Error {
             | ModifyQp { hint, .. }
             | PostSend { hint, .. }
             | PostRecv { hint, .. }
-            | EventTimeout { hint, .. } => hint.text(),
+            | EventTimeout { hint, .. }
+            | Cm { hint, .. }
+            | CmEvent { hint, .. } => hint.text(),
             _ => None,
         }
     }

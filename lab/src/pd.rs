@@ -77,6 +77,10 @@ impl Context {
 }
 
 impl ProtectionDomain {
+    pub(crate) fn raw(&self) -> *mut ibv_pd {
+        self.inner.pd.as_ptr()
+    }
+
     /// The device context this PD belongs to.
     pub fn context(&self) -> &Context {
         &self.inner.ctx

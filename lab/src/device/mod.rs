@@ -208,6 +208,23 @@ impl Context {
         Ok(Context { inner })
     }
 
+    /// A context opened by someone else (librdmacm's `id->verbs`), which lab must never close:
+    /// `closed` starts true, so `Drop` leaves it alone.
+    pub(crate) fn borrowed(ctx: NonNull<ibv_context>) -> Context {
+        // SAFETY: `ctx` is an open context whose device outlives it; the name is a
+        // NUL-terminated string owned by the device.
+        let name = unsafe { CStr::from_ptr(ibv_get_device_name((*ctx.as_ptr()).device)) }
+            .to_string_lossy()
+            .into_owned();
+        Context {
+            inner: Arc::new(ContextInner {
+                ctx,
+                name,
+                closed: AtomicBool::new(true),
+            }),
+        }
+    }
+
     /// The device name (`ibv_get_device_name(3)`).
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -403,6 +420,12 @@ impl Context {
     /// Closes the device explicitly (`ibv_close_device(3)`) and reports a failure, instead of
     /// leaving it to `Drop`. Refused while other handles or child objects are still alive.
     pub fn close(self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::InUse {
+                object: "librdmacm's device context",
+                detail: "lab did not open it (cm::CmId::context), so it does not close it".into(),
+            });
+        }
         let inner = Arc::try_unwrap(self.inner).map_err(|arc| Error::InUse {
             object: "the device context",
             detail: format!(

@@ -111,6 +111,9 @@ struct QpInner {
     port: u8,
     qp_type: QpType,
     destroyed: bool,
+    /// The rdma_cm id whose `id->qp` this is (`cm::CmId::create_qp`): kept alive until the QP
+    /// is destroyed, then told to forget it.
+    cm_id: Option<Arc<crate::cm::IdInner>>,
     // Parents, kept alive until after ibv_destroy_qp (fields drop after Drop::drop).
     _pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
@@ -131,6 +134,9 @@ impl Drop for QpInner {
         // SAFETY: the QP is alive and destroyed exactly once; its CQs and PD are still alive
         // (we hold Arcs, released after this).
         let ret = unsafe { ibv_destroy_qp(self.qp.as_ptr()) };
+        if let (0, Some(id)) = (ret, &self.cm_id) {
+            id.forget_qp();
+        }
         if let Err(e) = rc(ret, |errno| Error::DestroyQp { errno }) {
             report_drop_failure("ibv_destroy_qp", &e);
         }
@@ -206,26 +212,33 @@ impl<S: QpTypeState> From<TransitionError<S>> for Error {
     }
 }
 
-impl ProtectionDomain {
-    /// Creates an RC queue pair in RESET (`ibv_create_qp(3)`).
-    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair<state::Reset>> {
-        let mut ia = ibv_qp_init_attr {
+impl QpInitAttr<'_> {
+    /// The C struct (`struct ibv_qp_init_attr`) for `ibv_create_qp` / `rdma_create_qp`.
+    pub(crate) fn raw(&self) -> ibv_qp_init_attr {
+        ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
-            send_cq: init.send_cq.inner.cq.as_ptr(),
-            recv_cq: init.recv_cq.inner.cq.as_ptr(),
-            srq: init
+            send_cq: self.send_cq.inner.cq.as_ptr(),
+            recv_cq: self.recv_cq.inner.cq.as_ptr(),
+            srq: self
                 .srq
                 .map_or(std::ptr::null_mut(), |s| s.inner.srq.as_ptr()),
             cap: ibv_qp_cap {
-                max_send_wr: init.cap.max_send_wr,
-                max_recv_wr: init.cap.max_recv_wr,
-                max_send_sge: init.cap.max_send_sge,
-                max_recv_sge: init.cap.max_recv_sge,
-                max_inline_data: init.cap.max_inline_data,
+                max_send_wr: self.cap.max_send_wr,
+                max_recv_wr: self.cap.max_recv_wr,
+                max_send_sge: self.cap.max_send_sge,
+                max_recv_sge: self.cap.max_recv_sge,
+                max_inline_data: self.cap.max_inline_data,
             },
-            qp_type: init.qp_type.raw(),
-            sq_sig_all: init.sq_sig_all as i32,
-        };
+            qp_type: self.qp_type.raw(),
+            sq_sig_all: self.sq_sig_all as i32,
+        }
+    }
+}
+
+impl ProtectionDomain {
+    /// Creates an RC queue pair in RESET (`ibv_create_qp(3)`).
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair<state::Reset>> {
+        let mut ia = init.raw();
         // SAFETY: the PD and both CQs are alive; `ia` is a valid in/out pointer.
         let qp = unsafe { ibv_create_qp(self.inner.pd.as_ptr(), &mut ia) };
         let qp = ptr(qp, |errno| Error::CreateQp {
@@ -239,11 +252,24 @@ impl ProtectionDomain {
                 Hint::none()
             },
         })?;
-        let c = ia.cap;
-        Ok(QueuePair {
+        Ok(QueuePair::wrap(qp, self, init, ia.cap, 1, None))
+    }
+}
+
+impl<S: QpTypeState> QueuePair<S> {
+    /// Wraps a QP just created on `pd` (by `ibv_create_qp`, or by `rdma_create_qp` for `cm`).
+    fn wrap(
+        qp: NonNull<ibv_qp>,
+        pd: &ProtectionDomain,
+        init: &QpInitAttr<'_>,
+        c: ibv_qp_cap,
+        port: u8,
+        cm_id: Option<Arc<crate::cm::IdInner>>,
+    ) -> QueuePair<S> {
+        QueuePair {
             inner: QpInner {
                 qp,
-                ctx: self.inner.ctx.clone(),
+                ctx: pd.inner.ctx.clone(),
                 cap: QpCap {
                     max_send_wr: c.max_send_wr,
                     max_recv_wr: c.max_recv_wr,
@@ -251,16 +277,32 @@ impl ProtectionDomain {
                     max_recv_sge: c.max_recv_sge,
                     max_inline_data: c.max_inline_data,
                 },
-                port: 1,
+                port,
                 qp_type: init.qp_type,
                 destroyed: false,
-                _pd: self.inner.clone(),
+                cm_id,
+                _pd: pd.inner.clone(),
                 _send_cq: init.send_cq.inner.clone(),
                 _recv_cq: init.recv_cq.inner.clone(),
                 _srq: init.srq.map(|s| s.inner.clone()),
             },
             _state: PhantomData,
-        })
+        }
+    }
+}
+
+impl QueuePair<state::Init> {
+    /// A QP that `rdma_create_qp` made on a `cm::CmId` (in INIT already); it keeps the id
+    /// alive, and its destroy clears `id->qp`.
+    pub(crate) fn from_cm(
+        qp: NonNull<ibv_qp>,
+        pd: &ProtectionDomain,
+        init: &QpInitAttr<'_>,
+        cap: ibv_qp_cap,
+        port: u8,
+        id: Arc<crate::cm::IdInner>,
+    ) -> QueuePair<state::Init> {
+        QueuePair::wrap(qp, pd, init, cap, port.max(1), Some(id))
     }
 }
 
@@ -459,6 +501,9 @@ impl<S: QpTypeState> QueuePair<S> {
         self.inner.destroyed = true;
         // SAFETY: the QP is alive; `destroyed` stops Drop from destroying it again.
         let ret = unsafe { ibv_destroy_qp(self.inner.qp.as_ptr()) };
+        if let (0, Some(id)) = (ret, &self.inner.cm_id) {
+            id.forget_qp();
+        }
         rc(ret, |errno| Error::DestroyQp { errno })
     }
 }
