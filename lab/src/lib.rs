@@ -46,6 +46,7 @@
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
 //! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
+//! | [`perf`] | (`rdtsc`, `sched_setaffinity(2)`) | [`perf::tsc_hz`], [`perf::set_affinity`]: checking a cycle clock, pinning a thread |
 //! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
 //!
 //! ## A self-connected RC QP in a few lines
@@ -86,6 +87,7 @@ mod flags;
 pub mod mr;
 pub mod mw;
 pub mod pd;
+pub mod perf;
 pub mod pool;
 pub mod process;
 pub mod qp;
