@@ -276,6 +276,7 @@ fn rdma_lat(
     size: usize,
     (iters, warm): (u64, u64),
     wait: Wait,
+    server_wait: Wait,
 ) -> Result<Vec<Duration>> {
     let mut wc = [WorkCompletion::default()];
     let sge = [lab.mr.sge(0..size.max(1))];
@@ -283,7 +284,7 @@ fn rdma_lat(
     let mut v = Vec::with_capacity(iters as usize);
     if op == "SEND" {
         lab.oob.send_line(
-            &format!("send-echo {size} {} {}", iters + warm, wait.name()),
+            &format!("send-echo {size} {} {}", iters + warm, server_wait.name()),
             OP,
         )?;
         lab.oob.expect_line("ready", OP)?;
@@ -402,17 +403,21 @@ fn section1(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Results) -> Resu
     );
 
     println!(
-        "  1b: latency, one way (round trip / 2), busy polling; sizes {:?}",
+        "  1b: latency, one way (round trip / 2); sizes {:?}",
         plan.sizes
     );
     println!("      TCP: ping-pong; SEND: SEND/RECV ping-pong; WRITE, READ: post -> completion");
+    println!(
+        "      node b busy-polls; node a's SEND echo waits for events (spinning there would \
+         compete with rxe's kernel work on its one vCPU: section 3)"
+    );
     let mut t = lat_table("op");
     for &size in &plan.sizes {
         let it = (plan.iters)(size);
         for op in ["TCP", "SEND", "WRITE", "READ"] {
             let (v, cpu) = lab.with_cpu(|lab| match op {
                 "TCP" => tcp_lat(lab, size, it),
-                _ => rdma_lat(lab, c, op, size, it, Wait::Busy),
+                _ => rdma_lat(lab, c, op, size, it, Wait::Busy, Wait::Events),
             })?;
             let s = Stats::of_durations(&v).ok_or("no samples")?;
             lat_row(&mut t, op, size, &s, &cpu);
@@ -975,7 +980,7 @@ fn section3(lab: &mut Lab, c: &Conn, plan: &Plan, res: &mut Results) -> Result<(
     let mut wakeups = vec![];
     for w in Wait::ALL {
         let (v, cpu) =
-            lab.with_cpu(|lab| rdma_lat(lab, c, "SEND", 8, (plan.small_iters, 10), w))?;
+            lab.with_cpu(|lab| rdma_lat(lab, c, "SEND", 8, (plan.small_iters, 10), w, w))?;
         let s = Stats::of_durations(&v).ok_or("no samples")?;
         lat_row(&mut t, w.name(), 8, &s, &cpu);
         let n = s.n as f64;

@@ -187,6 +187,14 @@ fn new_qp(
     Ok((qp, scq, rcq))
 }
 
+/// RTS with a longer ACK timeout than lab's default (16: 4.096 us x 2^16 = 268 ms per try,
+/// six tries): on a loaded host a one-vCPU guest can leave a packet unprocessed for longer
+/// than the default's 67 ms x 6, and the sender would give up with
+/// `IBV_WC_RETRY_EXC_ERR (12)`.
+fn rts() -> RtsAttr {
+    RtsAttr::new(PSN).timeout(16)
+}
+
 fn rtr(theirs: &Endpoint, mtu: Option<Mtu>) -> RtrAttr {
     let r = RtrAttr::new(theirs.qpn, theirs.psn, Gid(theirs.gid));
     match mtu {
@@ -219,11 +227,7 @@ pub fn connect_qp(
     };
     oob.send_msg(&mine, OP)?;
     let theirs = oob.recv_msg(OP)?;
-    let qp = qp.bring_up(
-        &InitAttr::default(),
-        &rtr(&theirs, path_mtu),
-        &RtsAttr::new(PSN),
-    )?;
+    let qp = qp.bring_up(&InitAttr::default(), &rtr(&theirs, path_mtu), &rts())?;
     let remote = *theirs.regions.first().ok_or("the server sent no region")?;
     Ok(Conn {
         qp,
@@ -445,11 +449,7 @@ fn server(args: &Args) -> Result<bool> {
                 let (qp, scq, rcq) = new_qp(&ctx, &pd)?;
                 let theirs = oob.recv_msg(OP)?;
                 let path = if mtu == 0 { None } else { Mtu::from_bytes(mtu) };
-                let qp = qp.bring_up(
-                    &InitAttr::default(),
-                    &rtr(&theirs, path),
-                    &RtsAttr::new(PSN),
-                )?;
+                let qp = qp.bring_up(&InitAttr::default(), &rtr(&theirs, path), &rts())?;
                 let mine = Endpoint {
                     name: "server".into(),
                     qpn: qp.qp_num(),
