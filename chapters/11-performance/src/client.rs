@@ -1028,7 +1028,6 @@ fn write_packets(lab: &Lab, c: &Conn, len: usize, sges: usize) -> Result<u64> {
 }
 
 fn mib_write_lat(
-    lab: &Lab,
     c: &Conn,
     src: &MemoryRegion,
     off: usize,
@@ -1051,7 +1050,6 @@ fn mib_write_lat(
             v.push(t0.elapsed());
         }
     }
-    let _ = lab;
     Stats::of_durations(&v).ok_or_else(|| "no samples".into())
 }
 
@@ -1110,7 +1108,7 @@ fn packet_row(
     let needed = (len as u64).div_ceil(mtu);
     let median = match timed {
         Some(n) => {
-            let s = mib_write_lat(lab, c, &lab.mr, 0, len, n)?;
+            let s = mib_write_lat(c, &lab.mr, 0, len, n)?;
             if len == MAX_MSG {
                 res.mtu_lat.push((mtu as u32, s.median));
             }
@@ -1210,7 +1208,7 @@ fn section4(lab: &mut Lab, plan: &Plan, res: &mut Results) -> Result<bool> {
     ])
     .indent(4);
     for off in [0usize, 64, 1] {
-        let s = mib_write_lat(lab, &c, &lab.mr, off, 64 << 10, plan.small_iters / 4 + 2)?;
+        let s = mib_write_lat(&c, &lab.mr, off, 64 << 10, plan.small_iters / 4 + 2)?;
         t.row([
             off.to_string(),
             s.n.to_string(),
@@ -1229,8 +1227,8 @@ fn section4(lab: &mut Lab, plan: &Plan, res: &mut Results) -> Result<bool> {
     let huge = lab.pd.reg_mr_huge(MAX_MSG, AccessFlags::LOCAL_WRITE);
     let r = (|| -> Result<(Stats, Stats)> {
         let huge = huge?;
-        let h = mib_write_lat(lab, &c, &huge, 0, MAX_MSG, plan.big_iters)?;
-        let n = mib_write_lat(lab, &c, &lab.mr, 0, MAX_MSG, plan.big_iters)?;
+        let h = mib_write_lat(&c, &huge, 0, MAX_MSG, plan.big_iters)?;
+        let n = mib_write_lat(&c, &lab.mr, 0, MAX_MSG, plan.big_iters)?;
         Ok((h, n))
     })();
     std::fs::write(hp, before.trim()).or_fail_with(|| format!("restoring {hp}"))?;

@@ -39,7 +39,7 @@
 //! the whole chapter. Both roles need root in the lab (they change the netdev's MTU, reserve
 //! huge pages and attach strace), which the lab's guests give them.
 //!
-//! The code is longer than most chapters and split in four files: this one (the flags, the
+//! The code is longer than most chapters and split in five files: this one (the flags, the
 //! connection and the server role), `client.rs` (the sections, in order), `tools.rs` (the
 //! reference tools' command lines and output parsers), `stats.rs` (median, p99, stdev) and
 //! `plots.rs` (the SVG plots).
