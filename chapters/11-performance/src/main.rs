@@ -30,7 +30,7 @@
 //! ```text
 //! cargo lab run 11                        # tested as: cargo lab run 11 -- --quick
 //! cargo lab run 11 -- --quick              # a few iterations and sizes (what the test runs)
-//! cargo lab run 11 -- --plots chapters/11-performance/plots   # tested as: cargo lab run 11 -- --quick
+//! cargo lab run 11 -- --plots chapters/11-performance/plots   # tested as: cargo lab run 11 -- --quick --plots chapters/11-performance/plots
 //! ```
 //!
 //! Roles: `--server` (node a) and `--connect HOST` (node b). The client drives: over the TCP
