@@ -542,12 +542,45 @@ fn write_bw(lab: &mut Lab, c: &Conn, total: u64) -> Result<Duration> {
 }
 
 /// Asks the server to start a tool's server half, runs the client half here, and parses it.
-fn tool_pair(lab: &mut Lab, server: &[&str], client: &[String], keep: u64) -> Result<String> {
-    lab.ask(&format!("tool {}", server.join(" ")))?;
-    let out = tools::run_client(client, TOOL);
-    let end = lab.ask(&format!("tool-end {keep}"))?;
-    let out = out.map_err(|e| format!("{e} (server half: {end})"))?;
-    Ok(out)
+///
+/// A tool run that fails is tried again, up to [`TRIES`] times in all (each retry counted in
+/// `retries` and printed): in a freshly booted guest the first RDMA CM connection can be
+/// rejected ("unexpected event from RDMA CM: Event rejected") while the CM's modules load.
+fn tool_pair(
+    lab: &mut Lab,
+    server: &[&str],
+    client: &[String],
+    keep: u64,
+    retries: &mut u32,
+) -> Result<String> {
+    let mut last = String::new();
+    for _ in 0..TRIES {
+        lab.ask(&format!("tool {}", server.join(" ")))?;
+        let out = tools::run_client(client, TOOL);
+        let end = lab.ask(&format!("tool-end {keep}"))?;
+        match out {
+            Ok(out) => return Ok(out),
+            Err(e) => last = format!("{e} (server half: {end})"),
+        }
+        *retries += 1;
+    }
+    Err(format!("{TRIES} tries: {last}").into())
+}
+
+/// How many times a reference tool's run is tried before the chapter gives up.
+const TRIES: u32 = 3;
+
+/// Runs a client half against a server half that keeps serving (qperf), with retries.
+fn run_retrying(argv: &[String], retries: &mut u32) -> Result<String> {
+    let mut last = String::new();
+    for _ in 0..TRIES {
+        match tools::run_client(argv, TOOL) {
+            Ok(out) => return Ok(out),
+            Err(e) => last = e,
+        }
+        *retries += 1;
+    }
+    Err(format!("{TRIES} tries: {last}").into())
 }
 
 fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) -> Result<()> {
@@ -564,16 +597,17 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) ->
     };
     let mut argv = s(&["qperf", "-cm1", "-t", secs, "-m", "8", &host]);
     argv.extend(s(lat_tests));
+    let mut retries = 0;
     lab.ask("tool qperf")?;
-    let out = tools::run_client(&argv, TOOL);
+    let out = run_retrying(&argv, &mut retries);
     let out2 = if quick {
         Ok(String::new())
     } else {
-        tools::run_client(
+        run_retrying(
             &s(&[
                 "qperf", "-cm1", "-t", secs, "-m", "65536", &host, "tcp_bw", "rc_bw",
             ]),
-            TOOL,
+            &mut retries,
         )
     };
     lab.ask("tool-end 0")?;
@@ -587,6 +621,7 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) ->
             "sockperf", "pp", "--tcp", "-i", &host, "-t", secs, "-m", "14",
         ]),
         0,
+        &mut retries,
     )?;
     res.tools
         .push(tools::parse_sockperf(&out, 14).ok_or("no percentiles in sockperf's output")?);
@@ -612,7 +647,7 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) ->
         }
         let mut client = s(&argv);
         client.push(host.clone());
-        let out = tool_pair(lab, &argv, &client, 30)?;
+        let out = tool_pair(lab, &argv, &client, 30, &mut retries)?;
         let sz: usize = size.parse().unwrap_or(0);
         let what = format!("{tool} {}", argv[1..].join(" "));
         let f = if tool.ends_with("_bw") {
@@ -644,6 +679,7 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) ->
         ]);
     }
     print!("{t}");
+    println!("    tool runs tried again after a failure: tries={retries}");
     Ok(())
 }
 

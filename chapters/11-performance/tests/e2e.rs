@@ -17,7 +17,8 @@ const EXE: &str = env!("CARGO_BIN_EXE_ch11-performance");
 /// (columns are as wide as their widest figure).
 fn redacted(text: &str) -> String {
     let labels =
-        Regex::new(r"\b(mhz|ratio|within|switches|sent|naks|retries|acks)=[0-9A-Za-z.]+").unwrap();
+        Regex::new(r"\b(mhz|ratio|within|switches|sent|naks|retries|acks|tries)=[0-9A-Za-z.]+")
+            .unwrap();
     let text = labels.replace_all(text, "$1=[N]");
     let spaces = Regex::new(r"(\S)  +").unwrap();
     spaces.replace_all(&text, "$1 ").into_owned()
