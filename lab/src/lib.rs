@@ -48,6 +48,7 @@
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
 //! | [`tree`] | | [`tree::OBJECTS`]: the object tree as data, [`tree::teardown_order`] |
 //! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
+//! | [`perf`] | (`rdtsc`, `sched_setaffinity(2)`) | [`perf::tsc_hz`], [`perf::set_affinity`]: checking a cycle clock, pinning a thread |
 //! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
 //!
 //! ## A self-connected RC QP in a few lines
@@ -89,6 +90,7 @@ mod flags;
 pub mod mr;
 pub mod mw;
 pub mod pd;
+pub mod perf;
 pub mod pool;
 pub mod process;
 pub mod qp;

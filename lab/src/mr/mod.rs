@@ -72,6 +72,8 @@ enum Buffer {
     Aligned { ptr: NonNull<u8>, layout: Layout },
     /// A caller's buffer, moved in (`Box<[u8]>` from a `Vec`).
     Boxed { ptr: NonNull<u8>, len: usize },
+    /// Anonymous huge pages from `mmap(2)` with `MAP_HUGETLB` ([`ProtectionDomain::reg_mr_huge`]).
+    Mapped { ptr: NonNull<u8>, len: usize },
 }
 
 /// A registered memory region: `struct ibv_mr` (`ibv_reg_mr(3)`) plus the memory it covers,
@@ -129,6 +131,47 @@ impl ProtectionDomain {
         // pointer).
         let p = unsafe { NonNull::new_unchecked(b) };
         self.register(Buffer::Boxed { ptr: p, len }, p, len, access)
+    }
+
+    /// Registers `len` bytes of fresh memory backed by huge pages (2 MiB on x86-64): an
+    /// anonymous `mmap(2)` with `MAP_HUGETLB`, zeroed by the kernel, then `ibv_reg_mr(3)`.
+    /// The kernel must have huge pages reserved (`/proc/sys/vm/nr_hugepages`); without them
+    /// the mapping fails with `ENOMEM (12)`.
+    pub fn reg_mr_huge(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        const HUGE: usize = 2 << 20;
+        let map_len = len.max(1).div_ceil(HUGE) * HUGE;
+        // SAFETY: an anonymous private mapping at an address the kernel picks; no file, no
+        // existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::Os {
+                call: "mmap(MAP_HUGETLB) (are huge pages reserved in /proc/sys/vm/nr_hugepages?)",
+                errno: Errno::last(),
+            });
+        }
+        let Some(p) = NonNull::new(p as *mut u8) else {
+            return Err(Error::InvalidArgument(
+                "mmap returned a null mapping".into(),
+            ));
+        };
+        self.register(
+            Buffer::Mapped {
+                ptr: p,
+                len: map_len,
+            },
+            p,
+            len,
+            access,
+        )
     }
 
     fn register(
@@ -215,6 +258,10 @@ fn free_buffer(buf: &Buffer) {
                 len,
             )));
         },
+        // SAFETY: mapped in `reg_mr_huge` with exactly this length, unmapped once.
+        Buffer::Mapped { ptr, len } => unsafe {
+            libc::munmap(ptr.as_ptr() as *mut c_void, len);
+        },
     }
 }
 
@@ -238,7 +285,9 @@ impl Drop for MemoryRegion {
 impl MemoryRegion {
     fn base(&self) -> *mut u8 {
         match self.buf {
-            Buffer::Aligned { ptr, .. } | Buffer::Boxed { ptr, .. } => ptr.as_ptr(),
+            Buffer::Aligned { ptr, .. }
+            | Buffer::Boxed { ptr, .. }
+            | Buffer::Mapped { ptr, .. } => ptr.as_ptr(),
         }
     }
 

@@ -1,0 +1,103 @@
+//! Chapter 11 end to end, in the pair topology, in its short form (`--quick`: few iterations,
+//! two sizes, one perftest run): the server role on node a, the client role (which drives
+//! every section) on node b. The figures vary from run to run and are redacted in the
+//! snapshot; the counts do not, and are asserted one by one: doorbells per chain, CQEs under
+//! selective signaling, packets per WRITE at each path MTU. Plus the command line's bad input,
+//! which needs no device.
+
+use harness::testing::run_chapter;
+use harness::testing_cli::refuses_command_line;
+use regex::Regex;
+use rstest::rstest;
+
+const EXE: &str = env!("CARGO_BIN_EXE_ch11-performance");
+
+/// The harness's redaction, plus this chapter's own labelled figures (clock rates, ratios,
+/// packet and retry counts that depend on losses, context switches), and table padding
+/// (columns are as wide as their widest figure).
+fn redacted(text: &str) -> String {
+    let labels =
+        Regex::new(r"\b(mhz|ratio|within|switches|sent|naks|retries|acks|tries)=[0-9A-Za-z.]+")
+            .unwrap();
+    let text = labels.replace_all(text, "$1=[N]");
+    let spaces = Regex::new(r"(\S)  +").unwrap();
+    spaces.replace_all(&text, "$1 ").into_owned()
+}
+
+#[test]
+fn quick_run() {
+    let t = run_chapter("ch11-performance", EXE, &["--quick"]);
+    insta::assert_snapshot!("quick", redacted(&t.redacted()));
+    t.assert_success();
+    let server = &t.section("server").stdout;
+    let client = &t.section("client").stdout;
+    let has = |re: &str| Regex::new(re).unwrap().is_match(client);
+
+    // Doorbells: rxe's provider makes one write(2) per ibv_post_send call, whatever the chain.
+    assert!(
+        client.contains(
+            "one ibv_post_send with a chain of 16 WRs: 1 write() calls; strace -c counted 1"
+        ),
+        "{client}"
+    );
+    assert!(
+        client.contains(
+            "16 ibv_post_send calls of 1 WR each:     16 write() calls; strace -c counted 16"
+        ),
+        "{client}"
+    );
+    // 64 WRs in batches of 1 and of 16: 64 and 4 doorbells chained, 64 one call each.
+    assert!(has(r"(?m)^ +1 +64 +64 +lat="), "{client}");
+    assert!(has(r"(?m)^ +16 +4 +64 +lat="), "{client}");
+    // Selective signaling: 64 WRs, one in K signaled -> 64 / K CQEs.
+    for (k, cqes) in [(1, 64), (4, 16), (16, 4), (64, 1)] {
+        assert!(
+            has(&format!(r"(?m)^ +{k} +{cqes} +{cqes} +lat=")),
+            "K={k}: {client}"
+        );
+    }
+    // Packets: one per path MTU of payload, whatever the SGE count; exact when the wire lost
+    // nothing (no NAK, no timeout), more (go-back-N resends) when it did.
+    let row = Regex::new(
+        r"(?m)^ +(1024|4096) +(\d+) +(\d+) +(\d+) +sent=(\d+) +naks=(\d+) +retries=(\d+)",
+    )
+    .unwrap();
+    let mut seen = vec![];
+    for c in row.captures_iter(client) {
+        let n = |i: usize| c[i].parse::<u64>().unwrap();
+        let (mtu, len, sges, needed, sent, lost) = (n(1), n(2), n(3), n(4), n(5), n(6) + n(7));
+        assert_eq!(needed, len.div_ceil(mtu), "{}", &c[0]);
+        if lost == 0 {
+            assert_eq!(sent, needed, "{}", &c[0]);
+        } else {
+            assert!(sent > needed, "{}", &c[0]);
+        }
+        seen.push((mtu, len, sges));
+    }
+    let mib = 1 << 20;
+    assert_eq!(
+        seen,
+        [
+            (1024, mib, 1),
+            (1024, mib, 16),
+            (1024, 128 << 10, 1),
+            (1024, mib, 1),
+            (4096, 128 << 10, 1),
+            (4096, mib, 1)
+        ],
+        "{client}"
+    );
+    // The MTU is back where it was on both nodes.
+    assert!(server.contains("eth0's MTU is 1500 again"), "{server}");
+    assert!(client.contains("restored: eth0 MTU 1500 on node b, active_mtu 1024 on node a"));
+}
+
+/// Bad command lines: a clear message and exit status 2, never a panic. Runs on the host.
+#[rstest]
+#[case::no_role(&[], "--connect <HOST>")]
+#[case::both_roles(&["--server", "--connect", "10.77.0.1"], "cannot be used with")]
+#[case::bad_port(&["--server", "--port", "65535"], "leaves no room for the data port")]
+#[case::not_a_port(&["--server", "--port", "many"], "invalid value 'many'")]
+fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
+    refuses_command_line(EXE, args, message);
+}
