@@ -308,7 +308,7 @@ impl Gen {
                         "text"
                     };
                     format!(
-                        "<details><summary>The whole program: <code>{path}</code> ({} lines)</summary>\n\n```{lang}\n{src}```\n\n</details>\n",
+                        "<details><summary>The whole file: <code>{path}</code> ({} lines)</summary>\n\n```{lang}\n{src}```\n\n</details>\n",
                         src.lines().count()
                     )
                 }

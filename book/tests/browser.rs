@@ -1,7 +1,8 @@
 //! The rendered book in a real browser: Debian's headless Chromium, driven over the Chrome
-//! DevTools Protocol. Three pages (a chapter, the failure catalogue, the state machine) must
-//! load with no console error, no failed request and no uncaught exception, and their diagrams
-//! must be laid out (each `<svg>` of a figure has a non-zero size). A screenshot of each page is
+//! DevTools Protocol. Four pages (a chapter, the failure catalogue, the state machine, and the
+//! performance chapter with its plots) must load with no console error, no failed request and
+//! no uncaught exception; their diagrams must be laid out (each `<svg>` of a figure has a
+//! non-zero size) and their images loaded. A screenshot of each page is
 //! kept in `target/book-check/` as the test's artifact.
 
 use std::io::{BufRead as _, BufReader};
@@ -15,11 +16,13 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket, stream::MaybeTlsStream};
 
-const PAGES: &[(&str, usize)] = &[
-    // (page, diagrams it must show)
-    ("chapters/05-qp-state-machine.html", 1),
-    ("failures.html", 1),
-    ("qp-states.html", 1),
+const PAGES: &[(&str, usize, usize)] = &[
+    // (page, inline diagrams it must show, images it must load)
+    ("chapters/05-qp-state-machine.html", 1, 0),
+    ("failures.html", 1, 0),
+    ("qp-states.html", 1, 0),
+    // The performance plots, SVG files the chapter's README shows as images.
+    ("chapters/11-performance.html", 0, 2),
 ];
 
 /// Chromium, killed (with its profile dir removed) when dropped.
@@ -246,7 +249,7 @@ fn three_pages_render_their_diagrams_without_errors() {
     let mut b = Browser::launch();
     let shots = artifacts();
     let mut report = vec![];
-    for (page, want) in PAGES {
+    for (page, want, want_imgs) in PAGES {
         let url = format!("file://{}", book.join(page).display());
         b.problems();
         b.call("Page.navigate", json!({"url": url}));
@@ -263,6 +266,8 @@ fn three_pages_render_their_diagrams_without_errors() {
                       const r = s.getBoundingClientRect(); \
                       return {id: f.id, svg: true, w: r.width, h: r.height, \
                               shapes: s.querySelectorAll('g.node, g.edge').length}; }), \
+                    images: [...document.images].map(i => ({src: i.src, \
+                      w: i.naturalWidth, h: i.naturalHeight, ok: i.complete && i.naturalWidth > 0})), \
                     code: document.querySelectorAll('pre code').length})",
                 "returnByValue": true
             }),
@@ -298,7 +303,7 @@ fn three_pages_render_their_diagrams_without_errors() {
         // The screenshot shows the page from its first diagram on.
         b.call(
             "Runtime.evaluate",
-            json!({"expression": "document.querySelector('figure.lab-diagram')?.scrollIntoView(); \
+            json!({"expression": "(document.querySelector('figure.lab-diagram') || document.querySelector('main img'))?.scrollIntoView(); \
                 window.scrollBy(0, -80)"}),
         );
         let shot = b.call("Page.captureScreenshot", json!({"format": "png"}));
