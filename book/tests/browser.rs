@@ -294,6 +294,15 @@ fn three_pages_render_their_diagrams_without_errors() {
             v["code"].as_u64().unwrap() >= 1,
             "{page}: no listing or output: {v}"
         );
+        let imgs = v["images"].as_array().unwrap();
+        assert!(
+            imgs.len() >= *want_imgs,
+            "{page}: {} image(s), expected {want_imgs}: {v}",
+            imgs.len()
+        );
+        for i in imgs {
+            assert!(i["ok"] == json!(true), "{page}: image not loaded: {i}");
+        }
         let problems = b.problems();
         assert!(
             problems.is_empty(),
