@@ -33,6 +33,7 @@
 //! cargo lab run 09
 //! cargo lab run 09 -- --clients 3 --blocks 12 --block-size 8192
 //! cargo lab run 09 -- --bench 1000          # 4 KiB WRITE/READ latency of the pool API
+//! cargo lab run 09 -- --cm                  # the same run, connected through rdma_cm
 //! ```
 //!
 //! Roles: `--server` (node a) and `--connect HOST` (node b). `cargo lab run` passes the
@@ -42,24 +43,35 @@
 //! `--client-index I`), prints their output in index order, then plays a misbehaving client
 //! itself.
 //!
+//! `--cm` (both roles) connects every QP through rdma_cm (`lab::cm`, chapter 12) instead of
+//! the TCP exchange: the server listens on `--port` with `rdma_listen`, each client resolves
+//! node a's address and calls `rdma_connect` with its name as private data, and the server's
+//! `rdma_accept` carries the table (base address, block length, block count, rkey: 24 of the
+//! REP's 196 bytes). The "go" and "done" lines stay on a TCP stream: they are the chapter's
+//! choreography, not the connection, and the misbehaving client reports after its QP is in
+//! ERR, when it could not SEND any more. Everything after the connection is the same code,
+//! and the transcript is the default run's but for the lines that say how it connected.
+//!
 //! This file is longer than most chapters (about 840 lines) because it holds four roles, in
 //! the order they run: the server, a worker, the misbehaving client and the benchmark client.
 //! Each role reads top to bottom on its own; splitting them across files would hide the
 //! exchange that ties them together.
 
 use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 // Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
-use lab::course::{OrFail, Outcome as Result, Peer, expect};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, AsyncPool, Context, Error, MemoryRegion, PoolOp, QpInitAttr, QpState, QueuePair,
-    RemotePool, RemoteRegion, WcStatus, join_all,
+    RemotePool, RemoteRegion, WcStatus, join_all, state,
 };
 
 /// Our first packet sequence number (any 24-bit value; both sides just have to agree).
@@ -70,6 +82,10 @@ const WORK: Duration = Duration::from_secs(120);
 const OP: Duration = Duration::from_secs(20);
 /// Most pool operations a worker keeps in flight at once (its CQ and send queue hold 64).
 const WINDOW: usize = 32;
+/// `--cm`: how long `rdma_resolve_addr` and `rdma_resolve_route` may take.
+const RESOLVE: Duration = Duration::from_secs(2);
+/// `--cm`: the tag in front of the table in the accept's private data.
+const TABLE_TAG: &[u8; 4] = b"POOL";
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -99,9 +115,15 @@ struct Args {
     /// Benchmark instead: ITERS blocking WRITEs and READs of one block, latency median/p99.
     #[arg(long, value_name = "ITERS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     bench: Option<u32>,
-    /// TCP port of the exchange.
+    /// TCP port of the exchange (with --cm: the rdma_cm port, and the TCP port of the go/done
+    /// lines).
     #[arg(long, default_value_t = LAB_PORT)]
     port: u16,
+    /// Connect through rdma_cm instead of the TCP exchange (both roles): the server listens
+    /// with rdma_cm, each client resolves its address; the table comes in the accept's
+    /// private data. The go/done lines still travel over TCP.
+    #[arg(long)]
+    cm: bool,
     /// (internal) run as worker I of the client role.
     #[arg(long, hide = true, value_name = "I")]
     client_index: Option<u32>,
@@ -126,6 +148,14 @@ impl Args {
             return Err(format!(
                 "--blocks {} is less than --clients {}: every client needs at least one block",
                 self.blocks, self.clients
+            ));
+        }
+        if let Some(host) = &self.connect
+            && self.cm
+            && host.parse::<IpAddr>().is_err()
+        {
+            return Err(format!(
+                "--cm needs the server's IP address, not {host:?} (rdma_cm resolves addresses)"
             ));
         }
         if let Some(i) = self.client_index
@@ -232,7 +262,22 @@ fn server(args: &Args) -> Result<bool> {
     let workers = if bench { 1 } else { args.clients as usize };
 
     println!("step 1: open the device, find the RoCE v2 GID, allocate a protection domain");
-    let ctx = lab::course::open_device(None)?;
+    // With --cm the QPs are created by rdma_create_qp, which takes only a PD of librdmacm's
+    // own open device: so the listener is made first (bound to the rxe netdev's address, it
+    // has a device), and the PD, the CQ and the pool's MR are made on its context.
+    let cm_listener = if args.cm {
+        let ip = rxe_address()?;
+        let id = CmId::new()?;
+        id.listen(SocketAddr::new(IpAddr::V4(ip), args.port), 32)
+            .or_fail("rdma_cm listen")?;
+        Some(id)
+    } else {
+        None
+    };
+    let ctx = match &cm_listener {
+        Some(id) => id.context()?,
+        None => lab::course::open_device(None)?,
+    };
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let dev = ctx.query_device()?;
@@ -290,9 +335,17 @@ fn server(args: &Args) -> Result<bool> {
     pool.as_mut_slice().fill(0);
 
     let listener = Listener::bind(args.port)?;
+    let how = if args.cm {
+        format!(
+            "rdma_cm port {0} (the rxe netdev's address; the table goes in the accept's private \
+             data) and TCP 0.0.0.0:{0} (the go/done lines)",
+            args.port
+        )
+    } else {
+        format!("0.0.0.0:{}", args.port)
+    };
     println!(
-        "step 4: listening on 0.0.0.0:{} for {} (one RC QP each)",
-        args.port,
+        "step 4: listening on {how} for {} (one RC QP each)",
         if bench {
             "1 benchmark client".to_string()
         } else {
@@ -313,8 +366,13 @@ fn server(args: &Args) -> Result<bool> {
     // Accept one connection: receive the client's endpoint, bring a QP up toward it, send
     // ours with the block table. Our QP is in RTS before the client learns its number.
     let accept = |what: &str| -> Result<Peer> {
-        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-        lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+        match &cm_listener {
+            Some(id) => cm_accept(id, &pd, &cq, &listener, &table_data(&table), what),
+            None => {
+                let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+                lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+            }
+        }
     };
 
     println!("step 5: accept the clients, in whatever order they come");
@@ -423,6 +481,140 @@ fn server(args: &Args) -> Result<bool> {
     Ok(ok)
 }
 
+// ---------------------------------------------------------------------------------------------
+// --cm: the same connections through rdma_cm (chapter 12 walks through every event)
+
+/// The IPv4 address of this node's rxe netdev, from its RoCE v2 GID (`::ffff:a.b.c.d`).
+fn rxe_address() -> Result<std::net::Ipv4Addr> {
+    let ctx = lab::course::open_device(None)?;
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    gid.gid
+        .to_ipv4()
+        .ok_or_else(|| Failure("the RoCE v2 GID is not IPv4-mapped".into()))
+}
+
+/// The table as the accept's private data: tag, base address, block length, block count,
+/// rkey (24 bytes; a REP carries at most 196). The table is regular (one MR, equal blocks
+/// back to back), so these numbers give every `(addr, len, rkey)` entry. A table of unrelated
+/// entries would need 16 bytes each: 11 of them would fit, which is why a bigger pool
+/// description would travel in a SEND or an RDMA READ after the connection.
+fn table_data(table: &[RemoteRegion]) -> Vec<u8> {
+    let mut v = TABLE_TAG.to_vec();
+    let first = table.first().copied().unwrap_or_default();
+    v.extend_from_slice(&first.addr.to_be_bytes());
+    v.extend_from_slice(&(first.len as u32).to_be_bytes());
+    v.extend_from_slice(&(table.len() as u32).to_be_bytes());
+    v.extend_from_slice(&first.rkey.to_be_bytes());
+    v
+}
+
+/// The table back from the private data (`None` if it holds none).
+fn parse_table_data(d: &[u8]) -> Option<Vec<RemoteRegion>> {
+    if d.len() < 24 || &d[..4] != TABLE_TAG {
+        return None;
+    }
+    let addr = u64::from_be_bytes(d[4..12].try_into().ok()?);
+    let len = u32::from_be_bytes(d[12..16].try_into().ok()?) as u64;
+    let blocks = u32::from_be_bytes(d[16..20].try_into().ok()?) as u64;
+    let rkey = u32::from_be_bytes(d[20..24].try_into().ok()?);
+    if blocks > 4096 {
+        return None;
+    }
+    Some(
+        (0..blocks)
+            .map(|i| RemoteRegion {
+                addr: addr + i * len,
+                len,
+                rkey,
+            })
+            .collect(),
+    )
+}
+
+/// A name as a REQ's private data: one length byte, then the bytes (RoCE pads a REQ's private
+/// data to 56 bytes, so the length must travel in the payload).
+fn framed(name: &str) -> Vec<u8> {
+    let b = &name.as_bytes()[..name.len().min(MAX_CONNECT_DATA - 1)];
+    let mut v = vec![b.len() as u8];
+    v.extend_from_slice(b);
+    v
+}
+
+fn unframed(d: &[u8]) -> Option<String> {
+    let n = usize::from(*d.first()?);
+    d.get(1..1 + n)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// The server side with --cm: take the next CONNECT_REQUEST (the client's name in its private
+/// data), create the QP on its id (INIT), accept with the table as private data (librdmacm
+/// moves our QP to RTR and RTS before the REP leaves), wait for ESTABLISHED. Then the client's
+/// go/done stream: requests are accepted one at a time and a client opens its stream only
+/// once ESTABLISHED, so the next stream is this client's (its first line, its name, says so).
+fn cm_accept(
+    listener: &CmId,
+    pd: &lab::ProtectionDomain,
+    cq: &lab::CompletionQueue,
+    lines: &Listener,
+    table: &[u8],
+    what: &str,
+) -> Result<Peer> {
+    let req = listener
+        .get_request(CONNECT)
+        .or_fail_with(|| format!("waiting for {what} (rdma_cm)"))?;
+    let name = unframed(&req.private_data)
+        .ok_or_else(|| Failure("a connection request without a name".into()))?;
+    let qp = req.id.create_qp(pd, &QpInitAttr::rc(cq, cq))?;
+    req.id.accept(&ConnParam::with_data(table))?;
+    req.id
+        .expect_event(CmEventType::Established, CONNECT)
+        .or_fail_with(|| format!("waiting for {name}'s ESTABLISHED"))?;
+    let qp = qp.assume_state::<state::Rts>();
+    let dest = qp.query()?.dest_qp_num;
+    let mut oob = lines
+        .accept(CONNECT)
+        .or_fail_with(|| format!("waiting for {name}'s go/done stream"))?;
+    let hello = oob.recv_line(CONNECT)?;
+    expect(hello == name, || {
+        format!("the go/done stream says it is {hello:?}, expected {name:?}")
+    })?;
+    Ok(Peer {
+        qp,
+        oob,
+        theirs: Endpoint {
+            name,
+            qpn: dest,
+            ..Default::default()
+        },
+    })
+}
+
+/// The device a client works on: its own `ibv_open_device`, or with --cm librdmacm's, from a
+/// new id resolved toward the server (address, then route), which [`connect`] then uses.
+fn client_device(args: &Args, host: &str) -> Result<(Context, Option<CmId>)> {
+    if !args.cm {
+        return Ok((lab::course::open_device(None)?, None));
+    }
+    let given: IpAddr = host
+        .parse()
+        .map_err(|_| Failure(format!("{host:?} is not an IP address")))?;
+    // 127.0.0.1 cannot be routed on RoCE (no RDMA device on `lo`): the server then shares our
+    // device, so use our own rxe netdev's address (chapter 12 shows the error otherwise).
+    let ip = if given.is_loopback() {
+        IpAddr::V4(rxe_address()?)
+    } else {
+        given
+    };
+    let id = CmId::new()?;
+    id.resolve_addr(None, SocketAddr::new(ip, args.port), RESOLVE)?;
+    id.expect_event(CmEventType::AddrResolved, CONNECT)
+        .or_fail("rdma_resolve_addr")?;
+    id.resolve_route(RESOLVE)?;
+    id.expect_event(CmEventType::RouteResolved, CONNECT)
+        .or_fail("rdma_resolve_route")?;
+    Ok((id.context()?, Some(id)))
+}
+
 fn print_table(table: &[RemoteRegion]) {
     let mut t = Table::new([
         ("block", Align::Right),
@@ -462,17 +654,45 @@ struct Connected {
 }
 
 /// Creates a QP, exchanges endpoints with the server (our QPN/PSN/GID out, the pool's QPN and
-/// block table in) and brings the QP to RTS.
+/// block table in) and brings the QP to RTS. With --cm (`cm` is the id [`client_device`]
+/// resolved): `rdma_create_qp`, `rdma_connect` with our name as private data, ESTABLISHED
+/// with the table as the accept's private data; then the TCP stream of the go/done lines.
 fn connect(
     ctx: &Context,
     pd: &lab::ProtectionDomain,
     cq: &lab::CompletionQueue,
     args: &Args,
-    host: &str,
+    (host, cm): (&str, Option<CmId>),
     name: &str,
 ) -> Result<Connected> {
+    let init = QpInitAttr::rc(cq, cq).max_send_wr(64);
+    if let Some(id) = cm {
+        let qp = id.create_qp(pd, &init)?;
+        id.connect(&ConnParam::with_data(&framed(name)))?;
+        let table = match id.get_event(CONNECT).or_fail("rdma_connect")? {
+            CmEvent::Established { private_data } => parse_table_data(&private_data)
+                .ok_or_else(|| Failure("the server's private data holds no pool table".into()))?,
+            other => {
+                return Err(
+                    format!("rdma_connect to the pool server: {other}{}", other.hint()).into(),
+                );
+            }
+        };
+        // librdmacm took the QP through RTR to RTS; the server's QPN is in its attributes.
+        let qp = qp.assume_state::<state::Rts>();
+        let server_qpn = qp.query()?.dest_qp_num;
+        let mut oob = OobStream::connect(host, args.port, CONNECT)
+            .or_fail("connecting the go/done stream")?;
+        oob.send_line(name, OP)?;
+        return Ok(Connected {
+            qp,
+            oob,
+            server_qpn,
+            table,
+        });
+    }
     let gid = ctx.roce_v2_ipv4_gid(1)?;
-    let qp = pd.create_qp(&QpInitAttr::rc(cq, cq).max_send_wr(64))?;
+    let qp = pd.create_qp(&init)?;
     let mine = Endpoint {
         name: name.into(),
         psn: PSN,
@@ -518,15 +738,22 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     let list = block_list(&mine);
 
     println!("step 1: open the device; a CQ with a completion channel (for the async form)");
-    let ctx = lab::course::open_device(None)?;
+    let (ctx, cm) = client_device(args, host)?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(64, Some(&channel))?;
     // Our own buffer: one slot per block we own. LOCAL_WRITE because READs land in it.
     let mut local = pd.reg_mr(mine.len() * size, AccessFlags::LOCAL_WRITE)?;
 
-    println!("step 2: connect to the pool and receive its block table");
-    let c = connect(&ctx, &pd, &cq, args, host, &format!("client-{index}"))?;
+    if args.cm {
+        println!(
+            "step 2: connect to the pool through rdma_cm; its block table comes in the accept's \
+             private data"
+        );
+    } else {
+        println!("step 2: connect to the pool and receive its block table");
+    }
+    let c = connect(&ctx, &pd, &cq, args, (host, cm), &format!("client-{index}"))?;
     check_table(&c.table, args)?;
     println!(
         "  pool: {} blocks of {} bytes, {}, block 0 at {}; server {}",
@@ -638,10 +865,10 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
 /// device, after the round trip.
 fn misbehave(args: &Args, host: &str) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as u64);
-    let ctx = lab::course::open_device(None)?;
+    let (ctx, cm) = client_device(args, host)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
-    let c = connect(&ctx, &pd, &cq, args, host, "misbehaving")?;
+    let c = connect(&ctx, &pd, &cq, args, (host, cm), "misbehaving")?;
     check_table(&c.table, args)?;
     let mut oob = c.oob;
     oob.expect_line("go", CONNECT)?;
@@ -735,10 +962,10 @@ fn misbehave(args: &Args, host: &str) -> Result<bool> {
 
 fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
     let size = args.block_size as usize;
-    let ctx = lab::course::open_device(None)?;
+    let (ctx, cm) = client_device(args, host)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
-    let c = connect(&ctx, &pd, &cq, args, host, "bench")?;
+    let c = connect(&ctx, &pd, &cq, args, (host, cm), "bench")?;
     check_table(&c.table, args)?;
     let mut oob = c.oob;
     oob.expect_line("go", CONNECT)?;
@@ -792,6 +1019,7 @@ fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lab::cm::MAX_ACCEPT_DATA;
 
     #[test]
     fn blocks_are_dealt_round_robin_and_disjoint() {
@@ -811,6 +1039,25 @@ mod tests {
         assert_eq!(block_list(&[0, 2, 4]), "0, 2, 4");
         let many: Vec<u32> = (0..128).map(|i| i * 2).collect();
         assert_eq!(block_list(&many), "0, 2, 4, ..., 254 (128 blocks)");
+    }
+
+    #[test]
+    fn the_table_fits_the_accept_and_comes_back_whole() {
+        let table: Vec<RemoteRegion> = (0..4096u64)
+            .map(|i| RemoteRegion {
+                addr: 0x7f00_0000_0000 + i * 64,
+                len: 64,
+                rkey: 0x1234,
+            })
+            .collect();
+        let d = table_data(&table);
+        assert!(d.len() <= MAX_ACCEPT_DATA);
+        // The REP's private data arrives padded to 196 bytes.
+        let mut padded = d.clone();
+        padded.resize(MAX_ACCEPT_DATA, 0);
+        assert_eq!(parse_table_data(&padded).unwrap(), table);
+        assert!(parse_table_data(b"RGN1").is_none());
+        assert_eq!(unframed(&framed("client-3")).unwrap(), "client-3");
     }
 
     #[test]

@@ -54,6 +54,41 @@ fn pool_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] blocks: us
     assert_eq!(client.matches(": out of bounds: ").count(), 3, "{client}");
 }
 
+/// `--cm`: the same run with every connection made through rdma_cm. Its transcript must be
+/// the default run's snapshot, line for line, apart from the lines that say how the
+/// connection is made; those are listed here, each with the default line it replaces.
+#[test]
+fn pool_through_rdma_cm() {
+    let t = run_chapter("ch09-memory-pool", EXE, &["--cm"]);
+    t.assert_success();
+    let cm = t.redacted();
+    // The server listens on an rdma_cm port as well as on the TCP port of the go/done lines;
+    // each worker's connection step says where its table came from. Nothing else differs:
+    // QPNs, the table, every block's checksum, the forged rkey's status and every QP state
+    // are the same.
+    const DIFFERENT: [(&str, &str); 2] = [
+        (
+            "step 4: listening on rdma_cm port 18516 (the rxe netdev's address; the table goes \
+             in the accept's private data) and TCP 0.0.0.0:18516 (the go/done lines) for 2 \
+             clients, then 1 misbehaving client (one RC QP each)",
+            "step 4: listening on 0.0.0.0:18516 for 2 clients, then 1 misbehaving client (one RC \
+             QP each)",
+        ),
+        (
+            "step 2: connect to the pool through rdma_cm; its block table comes in the accept's \
+             private data",
+            "step 2: connect to the pool and receive its block table",
+        ),
+    ];
+    for (line, _) in DIFFERENT {
+        assert!(cm.contains(line), "the --cm run lacks {line:?}:\n{cm}");
+    }
+    let as_default = DIFFERENT.iter().fold(cm.clone(), |text, (line, default)| {
+        text.replace(line, default)
+    });
+    insta::assert_snapshot!("default", as_default);
+}
+
 /// Bad command lines: a clear message and exit status 2, never a panic. Runs on the host.
 #[rstest]
 #[case::no_role(&[], "--connect <HOST>")]
@@ -64,6 +99,7 @@ fn pool_end_to_end(#[case] name: &str, #[case] args: &[&str], #[case] blocks: us
 #[case::both_roles(&["--server", "--connect", "10.77.0.1"], "cannot be used with")]
 #[case::bad_index(&["--connect", "10.77.0.1", "--client-index", "5"], "--client-index 5 is out of range")]
 #[case::not_a_number(&["--server", "--blocks", "many"], "invalid value 'many'")]
+#[case::cm_needs_an_address(&["--connect", "pool.example", "--cm"], "--cm needs the server's IP address")]
 fn bad_command_line(#[case] args: &[&str], #[case] message: &str) {
     refuses_command_line(EXE, args, message);
 }
