@@ -634,14 +634,20 @@ fn client_device(args: &Args, host: &str) -> Result<(Context, Option<CmId>)> {
     } else {
         given
     };
+    let id = resolved(SocketAddr::new(ip, args.port))?;
+    Ok((id.context()?, Some(id)))
+}
+
+/// A new id with its address and route resolved toward `dst`.
+fn resolved(dst: SocketAddr) -> Result<CmId> {
     let id = CmId::new()?;
-    id.resolve_addr(None, SocketAddr::new(ip, args.port), RESOLVE)?;
+    id.resolve_addr(None, dst, RESOLVE)?;
     id.expect_event(CmEventType::AddrResolved, CONNECT)
         .or_fail("rdma_resolve_addr")?;
     id.resolve_route(RESOLVE)?;
     id.expect_event(CmEventType::RouteResolved, CONNECT)
         .or_fail("rdma_resolve_route")?;
-    Ok((id.context()?, Some(id)))
+    Ok(id)
 }
 
 fn print_table(table: &[RemoteRegion]) {
@@ -695,16 +701,35 @@ fn connect(
     name: &str,
 ) -> Result<Connected> {
     let init = QpInitAttr::rc(cq, cq).max_send_wr(64);
-    if let Some(id) = cm {
-        let qp = id.create_qp(pd, &init)?;
-        id.connect(&ConnParam::with_data(&framed(name)))?;
-        let table = match id.get_event(CONNECT).or_fail("rdma_connect")? {
-            CmEvent::Established { private_data } => parse_table_data(&private_data)
-                .ok_or_else(|| Failure("the server's private data holds no pool table".into()))?,
-            other => {
-                return Err(
-                    format!("rdma_connect to the pool server: {other}{}", other.hint()).into(),
-                );
+    if let Some(mut id) = cm {
+        // A REJECTED (nobody listens yet, or a freshly booted guest's CM still loading) is
+        // tried again every 200 ms, up to the deadline, with a new id and QP each time (an id
+        // carries one connection attempt). How many tries it took depends on timing, so it is
+        // not printed.
+        let deadline = Instant::now() + CONNECT;
+        let (qp, table) = loop {
+            let qp = id.create_qp(pd, &init)?;
+            id.connect(&ConnParam::with_data(&framed(name)))?;
+            match id.get_event(CONNECT).or_fail("rdma_connect")? {
+                CmEvent::Established { private_data } => {
+                    let table = parse_table_data(&private_data).ok_or_else(|| {
+                        Failure("the server's private data holds no pool table".into())
+                    })?;
+                    break (qp, table);
+                }
+                CmEvent::Rejected { .. } if Instant::now() < deadline => {
+                    let dst = id.peer_addr().ok_or("the id lost its peer address")?;
+                    drop(qp);
+                    std::thread::sleep(Duration::from_millis(200));
+                    id = resolved(dst)?;
+                }
+                other => {
+                    return Err(format!(
+                        "rdma_connect to the pool server: {other}{}",
+                        other.hint()
+                    )
+                    .into());
+                }
             }
         };
         // librdmacm took the QP through RTR to RTS; the server's QPN is in its attributes.
