@@ -33,6 +33,8 @@
 //! cargo lab run 09
 //! cargo lab run 09 -- --clients 3 --blocks 12 --block-size 8192
 //! cargo lab run 09 -- --bench 1000          # 4 KiB WRITE/READ latency of the pool API
+//! cargo lab run 09 -- --cm                  # the same run, connected through rdma_cm
+//! cargo lab run 09 -- --case reconnect      # the server dies and comes back; reconnect by hand
 //! ```
 //!
 //! Roles: `--server` (node a) and `--connect HOST` (node b). `cargo lab run` passes the
@@ -42,24 +44,43 @@
 //! `--client-index I`), prints their output in index order, then plays a misbehaving client
 //! itself.
 //!
-//! This file is longer than most chapters (about 840 lines) because it holds four roles, in
-//! the order they run: the server, a worker, the misbehaving client and the benchmark client.
-//! Each role reads top to bottom on its own; splitting them across files would hide the
-//! exchange that ties them together.
+//! `--cm` (both roles) connects every QP through rdma_cm (`lab::cm`, chapter 12) instead of
+//! the TCP exchange: the server listens on `--port` with `rdma_listen`, each client resolves
+//! node a's address and calls `rdma_connect` with its name as private data, and the server's
+//! `rdma_accept` carries the table (base address, block length, block count, rkey: 24 of the
+//! REP's 196 bytes). The "go" and "done" lines stay on a TCP stream: they are the chapter's
+//! choreography, not the connection, and the misbehaving client reports after its QP is in
+//! ERR, when it could not SEND any more. Everything after the connection is the same code,
+//! and the transcript is the default run's but for the lines that say how it connected.
+//!
+//! `--case reconnect` (both roles) is reconnect done right, by hand: the server runs as a
+//! supervisor of server processes; server 1 is killed (SIGKILL) mid-session, the client's next
+//! WRITE completes with `IBV_WC_RETRY_EXC_ERR (12)` and its QP is in ERR; `ERR -> INIT` is
+//! refused (EINVAL), `ERR -> RESET` works, and a fresh TCP exchange with server 2 (fresh PSNs
+//! on both sides) takes the same QP through INIT, RTR and RTS again. Chapter 12's
+//! `--case reconnect` is the rdma_cm variant.
+//!
+//! This file is longer than most chapters (about 1410 lines) because it holds every role, in
+//! the order they run: the server, a worker, the misbehaving client, the benchmark client,
+//! then `--cm`'s connection helpers and `--case reconnect`'s server and client. Each role
+//! reads top to bottom on its own; splitting them across files would hide the exchange that
+//! ties them together.
 
 use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 // Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
-use clap::Parser;
-use lab::course::{OrFail, Outcome as Result, Peer, expect};
+use clap::{Parser, ValueEnum};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
 use lab::{
     AccessFlags, AsyncPool, Context, Error, MemoryRegion, PoolOp, QpInitAttr, QpState, QueuePair,
-    RemotePool, RemoteRegion, WcStatus, join_all,
+    RemotePool, RemoteRegion, WcStatus, join_all, state,
 };
 
 /// Our first packet sequence number (any 24-bit value; both sides just have to agree).
@@ -70,6 +91,10 @@ const WORK: Duration = Duration::from_secs(120);
 const OP: Duration = Duration::from_secs(20);
 /// Most pool operations a worker keeps in flight at once (its CQ and send queue hold 64).
 const WINDOW: usize = 32;
+/// `--cm`: how long `rdma_resolve_addr` and `rdma_resolve_route` may take.
+const RESOLVE: Duration = Duration::from_secs(2);
+/// `--cm`: the tag in front of the table in the accept's private data.
+const TABLE_TAG: &[u8; 4] = b"POOL";
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -99,12 +124,33 @@ struct Args {
     /// Benchmark instead: ITERS blocking WRITEs and READs of one block, latency median/p99.
     #[arg(long, value_name = "ITERS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     bench: Option<u32>,
-    /// TCP port of the exchange.
+    /// TCP port of the exchange (with --cm: the rdma_cm port, and the TCP port of the go/done
+    /// lines).
     #[arg(long, default_value_t = LAB_PORT)]
     port: u16,
+    /// Connect through rdma_cm instead of the TCP exchange (both roles): the server listens
+    /// with rdma_cm, each client resolves its address; the table comes in the accept's
+    /// private data. The go/done lines still travel over TCP.
+    #[arg(long, conflicts_with = "case")]
+    cm: bool,
+    /// Instead of the course run, a scenario (both roles): `reconnect`, the server dies and
+    /// comes back; the client resets its QP and connects it again by hand.
+    #[arg(long, value_enum, value_name = "NAME", conflicts_with = "bench")]
+    case: Option<Case>,
+    /// (internal) run as server process N of --case reconnect.
+    #[arg(long, hide = true, value_name = "N", requires = "case")]
+    server_round: Option<u32>,
     /// (internal) run as worker I of the client role.
     #[arg(long, hide = true, value_name = "I")]
     client_index: Option<u32>,
+}
+
+/// The scenarios of `--case`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Case {
+    /// The server is killed mid-session and started again: the client sees its WRITE fail,
+    /// resets its QP (ERR -> RESET) and connects it again with a fresh exchange and PSNs
+    Reconnect,
 }
 
 impl Args {
@@ -128,6 +174,14 @@ impl Args {
                 self.blocks, self.clients
             ));
         }
+        if let Some(host) = &self.connect
+            && self.cm
+            && host.parse::<IpAddr>().is_err()
+        {
+            return Err(format!(
+                "--cm needs the server's IP address, not {host:?} (rdma_cm resolves addresses)"
+            ));
+        }
         if let Some(i) = self.client_index
             && i >= self.clients
         {
@@ -147,6 +201,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match (&args.connect, args.client_index, args.bench) {
+        (None, _, _) if args.case == Some(Case::Reconnect) => match args.server_round {
+            Some(n) => reconnect_server(&args, n),
+            None => supervisor(),
+        },
+        (Some(host), _, _) if args.case == Some(Case::Reconnect) => reconnect_client(&args, host),
         (None, _, _) => server(&args),
         (Some(host), _, Some(iters)) => bench_client(&args, host, iters),
         (Some(host), Some(i), None) => worker(&args, host, i),
@@ -232,7 +291,22 @@ fn server(args: &Args) -> Result<bool> {
     let workers = if bench { 1 } else { args.clients as usize };
 
     println!("step 1: open the device, find the RoCE v2 GID, allocate a protection domain");
-    let ctx = lab::course::open_device(None)?;
+    // With --cm the QPs are created by rdma_create_qp, which takes only a PD of librdmacm's
+    // own open device: so the listener is made first (bound to the rxe netdev's address, it
+    // has a device), and the PD, the CQ and the pool's MR are made on its context.
+    let cm_listener = if args.cm {
+        let ip = rxe_address()?;
+        let id = CmId::new()?;
+        id.listen(SocketAddr::new(IpAddr::V4(ip), args.port), 32)
+            .or_fail("rdma_cm listen")?;
+        Some(id)
+    } else {
+        None
+    };
+    let ctx = match &cm_listener {
+        Some(id) => id.context()?,
+        None => lab::course::open_device(None)?,
+    };
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let dev = ctx.query_device()?;
@@ -290,9 +364,17 @@ fn server(args: &Args) -> Result<bool> {
     pool.as_mut_slice().fill(0);
 
     let listener = Listener::bind(args.port)?;
+    let how = if args.cm {
+        format!(
+            "rdma_cm port {0} (the rxe netdev's address; the table goes in the accept's private \
+             data) and TCP 0.0.0.0:{0} (the go/done lines)",
+            args.port
+        )
+    } else {
+        format!("0.0.0.0:{}", args.port)
+    };
     println!(
-        "step 4: listening on 0.0.0.0:{} for {} (one RC QP each)",
-        args.port,
+        "step 4: listening on {how} for {} (one RC QP each)",
         if bench {
             "1 benchmark client".to_string()
         } else {
@@ -313,8 +395,13 @@ fn server(args: &Args) -> Result<bool> {
     // Accept one connection: receive the client's endpoint, bring a QP up toward it, send
     // ours with the block table. Our QP is in RTS before the client learns its number.
     let accept = |what: &str| -> Result<Peer> {
-        let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-        lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+        match &cm_listener {
+            Some(id) => cm_accept(id, &pd, &cq, &listener, &table_data(&table), what),
+            None => {
+                let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+                lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+            }
+        }
     };
 
     println!("step 5: accept the clients, in whatever order they come");
@@ -423,6 +510,146 @@ fn server(args: &Args) -> Result<bool> {
     Ok(ok)
 }
 
+// ---------------------------------------------------------------------------------------------
+// --cm: the same connections through rdma_cm (chapter 12 walks through every event)
+
+/// The IPv4 address of this node's rxe netdev, from its RoCE v2 GID (`::ffff:a.b.c.d`).
+fn rxe_address() -> Result<std::net::Ipv4Addr> {
+    let ctx = lab::course::open_device(None)?;
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    gid.gid
+        .to_ipv4()
+        .ok_or_else(|| Failure("the RoCE v2 GID is not IPv4-mapped".into()))
+}
+
+/// The table as the accept's private data: tag, base address, block length, block count,
+/// rkey (24 bytes; a REP carries at most 196). The table is regular (one MR, equal blocks
+/// back to back), so these numbers give every `(addr, len, rkey)` entry. A table of unrelated
+/// entries would need 16 bytes each: 11 of them would fit, which is why a bigger pool
+/// description would travel in a SEND or an RDMA READ after the connection.
+fn table_data(table: &[RemoteRegion]) -> Vec<u8> {
+    let mut v = TABLE_TAG.to_vec();
+    let first = table.first().copied().unwrap_or_default();
+    v.extend_from_slice(&first.addr.to_be_bytes());
+    v.extend_from_slice(&(first.len as u32).to_be_bytes());
+    v.extend_from_slice(&(table.len() as u32).to_be_bytes());
+    v.extend_from_slice(&first.rkey.to_be_bytes());
+    v
+}
+
+/// The table back from the private data (`None` if it holds none).
+fn parse_table_data(d: &[u8]) -> Option<Vec<RemoteRegion>> {
+    if d.len() < 24 || &d[..4] != TABLE_TAG {
+        return None;
+    }
+    let addr = u64::from_be_bytes(d[4..12].try_into().ok()?);
+    let len = u32::from_be_bytes(d[12..16].try_into().ok()?) as u64;
+    let blocks = u32::from_be_bytes(d[16..20].try_into().ok()?) as u64;
+    let rkey = u32::from_be_bytes(d[20..24].try_into().ok()?);
+    if blocks > 4096 {
+        return None;
+    }
+    Some(
+        (0..blocks)
+            .map(|i| RemoteRegion {
+                addr: addr + i * len,
+                len,
+                rkey,
+            })
+            .collect(),
+    )
+}
+
+/// A name as a REQ's private data: one length byte, then the bytes (RoCE pads a REQ's private
+/// data to 56 bytes, so the length must travel in the payload).
+fn framed(name: &str) -> Vec<u8> {
+    let b = &name.as_bytes()[..name.len().min(MAX_CONNECT_DATA - 1)];
+    let mut v = vec![b.len() as u8];
+    v.extend_from_slice(b);
+    v
+}
+
+fn unframed(d: &[u8]) -> Option<String> {
+    let n = usize::from(*d.first()?);
+    d.get(1..1 + n)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// The server side with --cm: take the next CONNECT_REQUEST (the client's name in its private
+/// data), create the QP on its id (INIT), accept with the table as private data (librdmacm
+/// moves our QP to RTR and RTS before the REP leaves), wait for ESTABLISHED. Then the client's
+/// go/done stream: requests are accepted one at a time and a client opens its stream only
+/// once ESTABLISHED, so the next stream is this client's (its first line, its name, says so).
+fn cm_accept(
+    listener: &CmId,
+    pd: &lab::ProtectionDomain,
+    cq: &lab::CompletionQueue,
+    lines: &Listener,
+    table: &[u8],
+    what: &str,
+) -> Result<Peer> {
+    let req = listener
+        .get_request(CONNECT)
+        .or_fail_with(|| format!("waiting for {what} (rdma_cm)"))?;
+    let name = unframed(&req.private_data)
+        .ok_or_else(|| Failure("a connection request without a name".into()))?;
+    let qp = req.id.create_qp(pd, &QpInitAttr::rc(cq, cq))?;
+    req.id.accept(&ConnParam::with_data(table))?;
+    req.id
+        .expect_event(CmEventType::Established, CONNECT)
+        .or_fail_with(|| format!("waiting for {name}'s ESTABLISHED"))?;
+    let qp = qp.assume_state::<state::Rts>();
+    let dest = qp.query()?.dest_qp_num;
+    let mut oob = lines
+        .accept(CONNECT)
+        .or_fail_with(|| format!("waiting for {name}'s go/done stream"))?;
+    let hello = oob.recv_line(CONNECT)?;
+    expect(hello == name, || {
+        format!("the go/done stream says it is {hello:?}, expected {name:?}")
+    })?;
+    Ok(Peer {
+        qp,
+        oob,
+        theirs: Endpoint {
+            name,
+            qpn: dest,
+            ..Default::default()
+        },
+    })
+}
+
+/// The device a client works on: its own `ibv_open_device`, or with --cm librdmacm's, from a
+/// new id resolved toward the server (address, then route), which [`connect`] then uses.
+fn client_device(args: &Args, host: &str) -> Result<(Context, Option<CmId>)> {
+    if !args.cm {
+        return Ok((lab::course::open_device(None)?, None));
+    }
+    let given: IpAddr = host
+        .parse()
+        .map_err(|_| Failure(format!("{host:?} is not an IP address")))?;
+    // 127.0.0.1 cannot be routed on RoCE (no RDMA device on `lo`): the server then shares our
+    // device, so use our own rxe netdev's address (chapter 12 shows the error otherwise).
+    let ip = if given.is_loopback() {
+        IpAddr::V4(rxe_address()?)
+    } else {
+        given
+    };
+    let id = resolved(SocketAddr::new(ip, args.port))?;
+    Ok((id.context()?, Some(id)))
+}
+
+/// A new id with its address and route resolved toward `dst`.
+fn resolved(dst: SocketAddr) -> Result<CmId> {
+    let id = CmId::new()?;
+    id.resolve_addr(None, dst, RESOLVE)?;
+    id.expect_event(CmEventType::AddrResolved, CONNECT)
+        .or_fail("rdma_resolve_addr")?;
+    id.resolve_route(RESOLVE)?;
+    id.expect_event(CmEventType::RouteResolved, CONNECT)
+        .or_fail("rdma_resolve_route")?;
+    Ok(id)
+}
+
 fn print_table(table: &[RemoteRegion]) {
     let mut t = Table::new([
         ("block", Align::Right),
@@ -462,17 +689,64 @@ struct Connected {
 }
 
 /// Creates a QP, exchanges endpoints with the server (our QPN/PSN/GID out, the pool's QPN and
-/// block table in) and brings the QP to RTS.
+/// block table in) and brings the QP to RTS. With --cm (`cm` is the id [`client_device`]
+/// resolved): `rdma_create_qp`, `rdma_connect` with our name as private data, ESTABLISHED
+/// with the table as the accept's private data; then the TCP stream of the go/done lines.
 fn connect(
     ctx: &Context,
     pd: &lab::ProtectionDomain,
     cq: &lab::CompletionQueue,
     args: &Args,
-    host: &str,
+    (host, cm): (&str, Option<CmId>),
     name: &str,
 ) -> Result<Connected> {
+    let init = QpInitAttr::rc(cq, cq).max_send_wr(64);
+    if let Some(mut id) = cm {
+        // A REJECTED (nobody listens yet, or a freshly booted guest's CM still loading) is
+        // tried again every 200 ms, up to the deadline, with a new id and QP each time (an id
+        // carries one connection attempt). How many tries it took depends on timing, so it is
+        // not printed.
+        let deadline = Instant::now() + CONNECT;
+        let (qp, table) = loop {
+            let qp = id.create_qp(pd, &init)?;
+            id.connect(&ConnParam::with_data(&framed(name)))?;
+            match id.get_event(CONNECT).or_fail("rdma_connect")? {
+                CmEvent::Established { private_data } => {
+                    let table = parse_table_data(&private_data).ok_or_else(|| {
+                        Failure("the server's private data holds no pool table".into())
+                    })?;
+                    break (qp, table);
+                }
+                CmEvent::Rejected { .. } if Instant::now() < deadline => {
+                    let dst = id.peer_addr().ok_or("the id lost its peer address")?;
+                    drop(qp);
+                    std::thread::sleep(Duration::from_millis(200));
+                    id = resolved(dst)?;
+                }
+                other => {
+                    return Err(format!(
+                        "rdma_connect to the pool server: {other}{}",
+                        other.hint()
+                    )
+                    .into());
+                }
+            }
+        };
+        // librdmacm took the QP through RTR to RTS; the server's QPN is in its attributes.
+        let qp = qp.assume_state::<state::Rts>();
+        let server_qpn = qp.query()?.dest_qp_num;
+        let mut oob = OobStream::connect(host, args.port, CONNECT)
+            .or_fail("connecting the go/done stream")?;
+        oob.send_line(name, OP)?;
+        return Ok(Connected {
+            qp,
+            oob,
+            server_qpn,
+            table,
+        });
+    }
     let gid = ctx.roce_v2_ipv4_gid(1)?;
-    let qp = pd.create_qp(&QpInitAttr::rc(cq, cq).max_send_wr(64))?;
+    let qp = pd.create_qp(&init)?;
     let mine = Endpoint {
         name: name.into(),
         psn: PSN,
@@ -518,15 +792,22 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     let list = block_list(&mine);
 
     println!("step 1: open the device; a CQ with a completion channel (for the async form)");
-    let ctx = lab::course::open_device(None)?;
+    let (ctx, cm) = client_device(args, host)?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(64, Some(&channel))?;
     // Our own buffer: one slot per block we own. LOCAL_WRITE because READs land in it.
     let mut local = pd.reg_mr(mine.len() * size, AccessFlags::LOCAL_WRITE)?;
 
-    println!("step 2: connect to the pool and receive its block table");
-    let c = connect(&ctx, &pd, &cq, args, host, &format!("client-{index}"))?;
+    if args.cm {
+        println!(
+            "step 2: connect to the pool through rdma_cm; its block table comes in the accept's \
+             private data"
+        );
+    } else {
+        println!("step 2: connect to the pool and receive its block table");
+    }
+    let c = connect(&ctx, &pd, &cq, args, (host, cm), &format!("client-{index}"))?;
     check_table(&c.table, args)?;
     println!(
         "  pool: {} blocks of {} bytes, {}, block 0 at {}; server {}",
@@ -638,10 +919,10 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
 /// device, after the round trip.
 fn misbehave(args: &Args, host: &str) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as u64);
-    let ctx = lab::course::open_device(None)?;
+    let (ctx, cm) = client_device(args, host)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
-    let c = connect(&ctx, &pd, &cq, args, host, "misbehaving")?;
+    let c = connect(&ctx, &pd, &cq, args, (host, cm), "misbehaving")?;
     check_table(&c.table, args)?;
     let mut oob = c.oob;
     oob.expect_line("go", CONNECT)?;
@@ -735,10 +1016,10 @@ fn misbehave(args: &Args, host: &str) -> Result<bool> {
 
 fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
     let size = args.block_size as usize;
-    let ctx = lab::course::open_device(None)?;
+    let (ctx, cm) = client_device(args, host)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
-    let c = connect(&ctx, &pd, &cq, args, host, "bench")?;
+    let c = connect(&ctx, &pd, &cq, args, (host, cm), "bench")?;
     check_table(&c.table, args)?;
     let mut oob = c.oob;
     oob.expect_line("go", CONNECT)?;
@@ -789,9 +1070,298 @@ fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
     Ok(true)
 }
 
+// ---------------------------------------------------------------------------------------------
+// --case reconnect: reconnect done right, by hand (chapter 12 shows the rdma_cm variant)
+
+/// A fresh 24-bit PSN: any value will do, but a new one for every connection, so that a late
+/// packet of the old connection is very unlikely to fall in the new one's window (an FNV-1a
+/// hash of the clock and the process id; not a cryptographic choice).
+fn fresh_psn() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut bytes = nanos.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&std::process::id().to_le_bytes());
+    (fnv1a(&bytes) & 0xff_ffff) as u32
+}
+
+/// The server role of `--case reconnect`: each server is a process of its own, so the first
+/// can be killed (SIGKILL, as a crash would) and a second one started in its place.
+fn supervisor() -> Result<bool> {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = std::env::current_exe().or_fail("cannot find our own executable")?;
+    for n in 1..=2u32 {
+        println!(
+            "supervisor: start server {n}, a process of its own{}",
+            if n == 1 {
+                " (so that it can crash)"
+            } else {
+                ""
+            }
+        );
+        // stdout is inherited: the harness must see "listening on" while the server runs.
+        let mut child = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .args(["--server-round", &n.to_string()])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .or_fail("starting a server process")?;
+        let deadline = Instant::now() + WORK + CONNECT;
+        let status = loop {
+            if let Some(st) = child.try_wait().or_fail("waiting for a server process")? {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "server {n} did not end within {} s: killed",
+                    (WORK + CONNECT).as_secs()
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        match (n, status.signal(), status.code()) {
+            (1, Some(9), _) => println!("supervisor: server 1 was killed by SIGKILL (9)"),
+            (2, None, Some(0)) => println!("supervisor: server 2 exited with 0"),
+            _ => return Err(format!("server {n} ended with {status}").into()),
+        }
+    }
+    lab::course::done(
+        true,
+        "server 1 crashed, server 2 took over and found the block",
+    );
+    Ok(true)
+}
+
+/// One server process of `--case reconnect`: a pool as in the course run, one client
+/// connected by hand. Server 1 kills itself when the client asks; server 2 checks block 0.
+fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
+    let (blocks, size) = (args.blocks as usize, args.block_size as usize);
+    let ctx = lab::course::open_device(None)?;
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    let pd = ctx.alloc_pd()?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mut pool = pd.reg_mr(blocks * size, access)?;
+    pool.as_mut_slice().fill(0);
+    println!(
+        "step 1: server {n}: open the device, register the pool ({blocks} blocks of {size} \
+         bytes, one MR): {}",
+        show::rkey(pool.rkey())
+    );
+    let table: Vec<RemoteRegion> = (0..blocks)
+        .map(|i| RemoteRegion {
+            addr: pool.addr() + (i * size) as u64,
+            len: size as u64,
+            rkey: pool.rkey(),
+        })
+        .collect();
+    let cq = ctx.create_cq(16, None)?;
+    let listener = Listener::bind(args.port)?;
+    println!(
+        "step 2: server {n}: listening on 0.0.0.0:{} for the reconnecting client",
+        args.port
+    );
+    let me = Endpoint {
+        name: "pool".into(),
+        psn: fresh_psn(),
+        gid: gid.gid.raw(),
+        regions: table,
+        ..Default::default()
+    };
+    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+    let mut peer = lab::course::accept_peer(&listener, qp, &me, "the client", CONNECT)?;
+    println!(
+        "step 3: server {n}: connected by hand: our {} {}, the client's {} {}",
+        show::qpn(peer.qp.qp_num()),
+        show::psn(me.psn),
+        show::qpn(peer.theirs.qpn),
+        show::psn(peer.theirs.psn)
+    );
+    let line = peer.oob.recv_line(WORK)?;
+    if n == 1 {
+        expect(line == "crash", || {
+            format!("expected the client's \"crash\", got {line:?}")
+        })?;
+        println!(
+            "step 4: server {n}: the client asks for a crash: SIGKILL to this process (its QP, \
+             MR and sockets go with it)"
+        );
+        // SIGKILL, as a crash would: no destructor runs, the kernel cleans up.
+        let pid = std::process::id().to_string();
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .or_fail("kill(1)")?;
+        std::thread::sleep(Duration::from_secs(5));
+        return Err("SIGKILL did not kill us".into());
+    }
+    println!("step 4: server {n}: the client reported: {line}");
+    let got = &pool.as_slice()[..size];
+    let ok = got == block_content(0, args.clients, size).as_slice();
+    println!(
+        "step 5: server {n}: block 0 holds \"{}\" checksum=0x{:016x} {}",
+        header_of(got),
+        fnv1a(got),
+        if ok { "ok" } else { "MISMATCH" }
+    );
+    Ok(ok)
+}
+
+/// The client of `--case reconnect`: one QP for the whole run, through two servers.
+fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
+    let size = args.block_size as usize;
+    let data = block_content(0, args.clients, size);
+    let ctx = lab::course::open_device(None)?;
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(16, None)?;
+    let staging = pd.reg_mr(size, AccessFlags::LOCAL_WRITE)?;
+    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+    let our_qpn = qp.qp_num();
+    println!(
+        "step 1: open the device; one QP for both connections: {}",
+        show::qpn(our_qpn)
+    );
+
+    // Steps 2 and 7: the by-hand connection. `qp` is in RESET; the exchange sends our QPN and
+    // a fresh PSN, and connect_peer walks RESET -> INIT -> RTR -> RTS toward the server's.
+    let connect_by_hand = |qp: QueuePair<state::Reset>| -> Result<(Peer, u32)> {
+        let mine = Endpoint {
+            name: "reconnecting".into(),
+            psn: fresh_psn(),
+            gid: gid.gid.raw(),
+            ..Default::default()
+        };
+        let psn = mine.psn;
+        let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+        check_table(&p.theirs.regions, args)?;
+        Ok((p, psn))
+    };
+    let (peer, psn1) = connect_by_hand(qp)?;
+    println!(
+        "step 2: connect by hand (the TCP exchange): our {}; the server's {} {}; RESET -> INIT \
+         -> RTR -> RTS",
+        show::psn(psn1),
+        show::qpn(peer.theirs.qpn),
+        show::psn(peer.theirs.psn)
+    );
+    let (server1, server1_psn) = (peer.theirs.qpn, peer.theirs.psn);
+    let mut oob = peer.oob;
+    let mut pool = RemotePool::new(peer.qp, cq, staging, peer.theirs.regions)?;
+    pool.set_timeout(OP);
+    pool.write(0, 0, &data)?;
+    let back = pool.read_vec(0, 0, size)?;
+    expect(back == data, || "block 0 did not read back".into())?;
+    println!(
+        "step 3: RDMA WRITE of block 0, RDMA READ back: \"{}\" matches",
+        header_of(&back)
+    );
+
+    // The server dies. Its TCP stream closing is how we know when (a real client would not
+    // know, and would learn it from its next completion, as in step 5).
+    oob.send_line("crash", OP)?;
+    let t = Instant::now();
+    match oob.recv_line(OP) {
+        Err(e) if !e.is_timeout() => {}
+        other => {
+            return Err(format!("expected the server's stream to close, got {other:?}").into());
+        }
+    }
+    println!(
+        "step 4: we asked the server to crash; its TCP stream closed after {}: the process is gone",
+        show::elapsed(t.elapsed())
+    );
+
+    println!("step 5: RDMA WRITE of block 0 again, toward a QP that no longer exists");
+    let t = Instant::now();
+    let mut ok = true;
+    match pool.write(0, 0, &data) {
+        Err(Error::Completion { wc }) if wc.status == WcStatus::RetryExcErr => {
+            println!(
+                "  completion status: {} after {}",
+                wc.status,
+                show::elapsed(t.elapsed())
+            );
+            println!("  why: {}", wc.status.explanation());
+        }
+        other => {
+            ok = false;
+            println!("  UNEXPECTED: {other:?}");
+        }
+    }
+    let (qp, cq, staging) = pool.into_parts();
+    let st = lab::course::wait_for_err(&qp, Duration::from_secs(2))?;
+    println!("  our QP is now {st}: nothing more can be posted on this connection");
+    ok &= st == QpState::Err;
+
+    println!("step 6: back to a usable QP, the only way there is");
+    match qp.modify(&lab::QpAttr::new().state(QpState::Init)) {
+        Ok(()) => return Err("ibv_modify_qp(ERR -> INIT) was accepted".into()),
+        Err(e) => {
+            let errno = e.errno();
+            println!(
+                "  ibv_modify_qp(ERR -> INIT) is refused: {}: not a legal transition",
+                errno.map_or(e.to_string(), |x| x.to_string())
+            );
+            ok &= errno == Some(lab::Errno(22)); // EINVAL
+        }
+    }
+    let qp = qp.reset().map_err(|e| Failure(e.to_string()))?;
+    println!(
+        "  ibv_modify_qp(ERR -> RESET): ok, the QP is {} (its queues emptied, without \
+         completions)",
+        qp.state()?
+    );
+
+    let t = Instant::now();
+    let (peer, psn2) = connect_by_hand(qp)?;
+    println!(
+        "step 7: a fresh TCP exchange with the new server (retried until it listens, up to {} \
+         s), after {}",
+        CONNECT.as_secs(),
+        show::elapsed(t.elapsed())
+    );
+    println!(
+        "  our {} (was {}); the server's {} {} (was {} {})",
+        show::psn(psn2),
+        show::psn(psn1),
+        show::qpn(peer.theirs.qpn),
+        show::psn(peer.theirs.psn),
+        show::qpn(server1),
+        show::psn(server1_psn)
+    );
+    println!(
+        "  RESET -> INIT -> RTR -> RTS again, the same QP: {}",
+        show::qpn(peer.qp.qp_num())
+    );
+    ok &= peer.qp.qp_num() == our_qpn && psn2 != psn1 && peer.theirs.psn != server1_psn;
+    let mut oob = peer.oob;
+    let mut pool = RemotePool::new(peer.qp, cq, staging, peer.theirs.regions)?;
+    pool.set_timeout(OP);
+    pool.write(0, 0, &data)?;
+    let back = pool.read_vec(0, 0, size)?;
+    let same = back == data;
+    ok &= same;
+    println!(
+        "step 8: RDMA WRITE of block 0 to the new pool, READ back: \"{}\" {}",
+        header_of(&back),
+        if same { "matches" } else { "DIFFERS" }
+    );
+    oob.send_line("done: block 0 written again after the reconnect", OP)?;
+    lab::course::done(
+        ok,
+        "the server's death was seen, the QP reset and connected again by hand, the work \
+         carried on",
+    );
+    Ok(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lab::cm::MAX_ACCEPT_DATA;
 
     #[test]
     fn blocks_are_dealt_round_robin_and_disjoint() {
@@ -811,6 +1381,25 @@ mod tests {
         assert_eq!(block_list(&[0, 2, 4]), "0, 2, 4");
         let many: Vec<u32> = (0..128).map(|i| i * 2).collect();
         assert_eq!(block_list(&many), "0, 2, 4, ..., 254 (128 blocks)");
+    }
+
+    #[test]
+    fn the_table_fits_the_accept_and_comes_back_whole() {
+        let table: Vec<RemoteRegion> = (0..4096u64)
+            .map(|i| RemoteRegion {
+                addr: 0x7f00_0000_0000 + i * 64,
+                len: 64,
+                rkey: 0x1234,
+            })
+            .collect();
+        let d = table_data(&table);
+        assert!(d.len() <= MAX_ACCEPT_DATA);
+        // The REP's private data arrives padded to 196 bytes.
+        let mut padded = d.clone();
+        padded.resize(MAX_ACCEPT_DATA, 0);
+        assert_eq!(parse_table_data(&padded).unwrap(), table);
+        assert!(parse_table_data(b"RGN1").is_none());
+        assert_eq!(unframed(&framed("client-3")).unwrap(), "client-3");
     }
 
     #[test]
