@@ -31,12 +31,14 @@ mod doctor;
 mod exec;
 mod labs;
 mod suite;
+mod wire;
 use bench::*;
 use chapters::*;
 use doctor::*;
 use exec::*;
 use labs::*;
 use suite::*;
+use wire::*;
 
 /// scripts/setup.sh, embedded: the one source of truth for what the project needs.
 pub const SETUP_SH: &str = include_str!("../../../scripts/setup.sh");
@@ -102,6 +104,10 @@ enum Sub {
         /// going to the lab: cargo's runner set to this `exec`.
         #[arg(long)]
         cargo: bool,
+        /// Record the pair's wire into this pcap while the command runs, then print its RoCE
+        /// v2 packets (implies --topology pair).
+        #[arg(long, value_name = "FILE.pcap")]
+        trace: Option<PathBuf>,
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
@@ -122,12 +128,37 @@ enum Sub {
     /// the defaults and the documented examples.
     Run {
         chapter: String,
+        /// Record the pair's wire into this pcap and print its RoCE v2 packets after the run;
+        /// a loopback chapter then runs on the pair (server on node a, client on node b).
+        #[arg(long, value_name = "FILE.pcap")]
+        trace: Option<PathBuf>,
         /// Replace the chapter's default arguments (given to every role).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// Build and run every chapter in order, then a summary.
     Tour,
+    /// Print a pcap's RoCE v2 packets as a ladder, one line per packet (`a -> b  OPCODE
+    /// psn=... len=...`); record one with `cargo lab run NN --trace FILE.pcap` or
+    /// `cargo lab exec --trace FILE.pcap -- CMD`.
+    Trace {
+        /// The pcap to read (not needed with --update-docs).
+        #[arg(required_unless_present = "update_docs")]
+        file: Option<PathBuf>,
+        /// Rewrite the docs' ladder diagrams (docs/wire/*.svg) from the committed captures
+        /// (harness/tests/fixtures/wire/).
+        #[arg(long, conflicts_with_all = ["svg", "redact", "title"])]
+        update_docs: bool,
+        /// Also write the ladder as an SVG sequence diagram (identifiers redacted).
+        #[arg(long, value_name = "OUT.svg")]
+        svg: Option<PathBuf>,
+        /// Number PSNs, QPNs, keys and addresses as the snapshots do (`[PSN#1]`).
+        #[arg(long)]
+        redact: bool,
+        /// The SVG's title (default: the file's name).
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
     /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
     Build,
@@ -215,9 +246,15 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             topology,
             env,
             cargo,
+            trace,
             cmd,
         } => {
-            if cargo {
+            if let Some(file) = trace {
+                if cargo {
+                    bail!("--trace and --cargo cannot be used together");
+                }
+                exec_traced(node, topology, &env, cmd, &file)
+            } else if cargo {
                 exec_cargo(node, topology, &env, cmd)
             } else {
                 exec(node, topology, &env, cmd)
@@ -225,7 +262,21 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         }
         Sub::Shell { node, topology } => shell(node, topology),
         Sub::List => list(),
-        Sub::Run { chapter, args } => run(&chapter, &args),
+        Sub::Run {
+            chapter,
+            trace,
+            args,
+        } => run(&chapter, &args, trace.as_deref()),
+        Sub::Trace {
+            file,
+            update_docs,
+            svg,
+            redact,
+            title,
+        } => match file {
+            Some(f) if !update_docs => trace(&f, svg.as_deref(), redact, title.as_deref()),
+            _ => update_wire_docs(),
+        },
         Sub::Tour => tour(),
         Sub::Build => build_cmd(),
         Sub::Test { args } => test(&args),
