@@ -162,6 +162,31 @@ enum Sub {
     /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
     /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
     Build,
+    /// Break the running pair lab's wire on purpose, or undo it.
+    ///
+    /// Impairments of RoCE v2 traffic only (UDP 4791; the TCP side channel stays clean), on
+    /// what node a, node b or both (default) send: `loss 5%`, `delay 10ms` or `delay
+    /// 10ms±2ms`, `duplicate 1%`, `reorder 25%`, `corrupt 1%` (tc netem in the guest, behind a
+    /// prio qdisc and a u32 filter). `partition` loses everything the node(s) send (`-n a`:
+    /// only a -> b), `heal` ends it; `freeze NODE` / `thaw NODE` stop and resume a VM (QEMU's
+    /// monitor); `status` shows what is active; `clear` undoes everything (so does `cargo lab
+    /// down`). With `-- CMD`, the faults last while CMD runs on `--on` (default a), then are
+    /// cleared, Ctrl-C included.
+    Fault {
+        /// loss, delay, duplicate, reorder, corrupt, partition, heal, freeze, thaw, clear,
+        /// status.
+        action: String,
+        /// The amount (5%, 10ms±2ms), or the node for freeze/thaw.
+        value: Option<String>,
+        /// The node whose outgoing packets are impaired (default both).
+        #[arg(long, short)]
+        node: Option<Node>,
+        /// Where `-- CMD` runs.
+        #[arg(long, default_value = "a")]
+        on: Node,
+        #[arg(last = true)]
+        cmd: Vec<String>,
+    },
     /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -280,6 +305,13 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         Sub::Tour => tour(),
         Sub::Build => build_cmd(),
         Sub::Test { args } => test(&args),
+        Sub::Fault {
+            action,
+            value,
+            node,
+            on,
+            cmd,
+        } => fault(&action, value.as_deref(), node, on, cmd),
         Sub::Bench { runs, topology } => bench(runs, topology),
         Sub::Daemon { topology, dir } => daemon(topology, &dir),
     }

@@ -7,6 +7,7 @@
 pub mod capture;
 pub mod decode;
 pub mod docs;
+pub mod fault;
 pub mod ladder;
 pub mod qmp;
 
