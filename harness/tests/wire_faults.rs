@@ -10,14 +10,14 @@
 //!   nothing until thawed;
 //! * after `clear` no qdisc and no frozen node is left, and all N datagrams cross again.
 
+use harness::Node;
 use harness::conn::Cmd;
 use harness::proto::ExitStatus;
 use harness::testbed::Testbed;
-use harness::testing::{lab, lock};
+use harness::testing::{lock, wire_lab};
 use harness::wire::Capture;
 use harness::wire::decode::{Frame, read_pcap};
 use harness::wire::fault::{self, ClearOnDrop, Impair};
-use harness::{Node, Topology};
 use std::time::Duration;
 
 const N: usize = 100;
@@ -154,7 +154,7 @@ fn in_range(what: &str, got: usize, lo: f64, hi: f64) {
 
 #[test]
 fn impairments_hit_roce_only_and_clear_removes_them() {
-    let lab = lab(Topology::Pair);
+    let lab = wire_lab();
     let _g = lock(&lab);
     let _clear = ClearOnDrop(&lab);
     assert_clean(&lab);
@@ -223,7 +223,7 @@ fn impairments_hit_roce_only_and_clear_removes_them() {
 
 #[test]
 fn partition_heal_freeze_thaw() {
-    let lab = lab(Topology::Pair);
+    let lab = wire_lab();
     let _g = lock(&lab);
     let _clear = ClearOnDrop(&lab);
     fault::clear(&lab).unwrap();

@@ -155,6 +155,8 @@ pub(super) fn fault(
         _ => {}
     }
     let lab = Testbed::attach(Topology::Pair, &dir)?;
+    // Like a run: not in the middle of someone else's (a test's) use of the lab.
+    let _g = testing::lock(&lab);
     match action {
         "loss" | "delay" | "duplicate" | "reorder" | "corrupt" => {
             let v = value.with_context(|| {

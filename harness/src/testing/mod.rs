@@ -33,7 +33,7 @@ mod schedule;
 mod traced;
 pub use lock::{LabGuard, lock};
 pub use schedule::{run_roles, run_roles_in};
-pub use traced::{Traced, run_chapter_traced, run_roles_traced};
+pub use traced::{Traced, run_chapter_traced, run_roles_traced, wire_lab};
 
 /// One process to run in the lab.
 #[derive(Debug, Clone)]

@@ -38,24 +38,45 @@ impl Traced {
     }
 }
 
+/// The pair whose nodes are two kernels on a wire: the shared pair lab, or, when that is the
+/// native provider's one device, a microVM pair booted here once for this test binary (with
+/// KVM only: [`Testbed::boot_wire_pair`] says why and what to run instead). Panics with that
+/// message when there is none: a wire test never passes by skipping.
+pub fn wire_lab() -> Arc<Testbed> {
+    static WIRE: Mutex<Option<Result<Arc<Testbed>, String>>> = Mutex::new(None);
+    let shared = lab(Topology::Pair);
+    if !shared.single_device() {
+        return shared;
+    }
+    let mut g = WIRE.lock().unwrap_or_else(|p| p.into_inner());
+    let r = g.get_or_insert_with(|| {
+        Testbed::boot_wire_pair()
+            .map(Arc::new)
+            .map_err(|e| format!("{e:#}"))
+    });
+    match r {
+        Ok(l) => l.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Runs a chapter as chapters/course.toml describes it, but on the microVM pair whatever its
 /// topology (a loopback chapter's server on node a, its client on node b: only the pair has a
 /// wire), with the wire recorded. `args` replace the chapter's defaults when not empty.
-/// Panics with the command that fixes it when there is no pair of VMs (the native provider's
-/// pair is one device: nothing crosses a wire).
+/// On the native provider it uses [`wire_lab`]'s microVM pair.
 pub fn run_chapter_traced(package: &str, exe: &str, args: &[&str]) -> Traced {
     let (course, _) = Course::load().unwrap_or_else(|e| panic!("{e:#}"));
     let ch = course
         .find(package)
         .unwrap_or_else(|| panic!("chapter {package} is not in chapters/course.toml"));
-    let lab = lab(Topology::Pair);
+    let lab = wire_lab();
     let roles = ch.roles(exe, args, lab.server_addr());
     run_roles_traced_in(&lab, &roles)
 }
 
 /// [`run_roles`] on the pair with the wire recorded.
 pub fn run_roles_traced(roles: Vec<Role>) -> Traced {
-    let lab = lab(Topology::Pair);
+    let lab = wire_lab();
     run_roles_traced_in(&lab, &roles)
 }
 

@@ -28,6 +28,11 @@ pub const DOC_TRACES: &[(&str, &str, &str)] = &[
         "10-atomics.svg",
         "10: FETCH_ADD and CMP_SWAP with their ATOMIC_ACKNOWLEDGE",
     ),
+    (
+        "13-rnr.pcap",
+        "13-rnr.svg",
+        "13: a SEND to a receiver that posts its receive late: RNR NAKs, then the ACK",
+    ),
 ];
 
 /// The SVG of one fixture, as the docs hold it: redacted ladder lines.
