@@ -71,7 +71,10 @@ fn running_pair_dir() -> Result<PathBuf> {
         );
     }
     let dir = home()?.join(Topology::Pair.name());
-    if !daemon_alive(&dir) {
+    // The daemon's process, not a round trip through the agents: a frozen node answers
+    // nothing, and thaw must still work.
+    let alive = daemon_pid(&dir).map(vm::pid_alive).unwrap_or(false);
+    if !alive || !dir.join("qmp-a.sock").exists() {
         bail!("no pair lab is running; start one: `cargo lab up -t pair`");
     }
     Ok(dir)

@@ -60,6 +60,7 @@ impl Capture {
             N.fetch_add(1, Ordering::Relaxed)
         );
         let mut q = Qmp::connect(&sock)?;
+        remove_stale(&mut q);
         q.execute(
             "object-add",
             &format!(
@@ -93,6 +94,27 @@ impl Capture {
         let mut q = Qmp::connect(&self.sock)?;
         q.execute("object-del", &format!("{{\"id\":{}}}", json_str(&self.id)))?;
         Ok(())
+    }
+}
+
+/// Removes the captures of processes that died without removing theirs (a `cargo lab run
+/// --trace` stopped with Ctrl-C): their `trace-<pid>-<n>` objects would write on forever.
+fn remove_stale(q: &mut Qmp) {
+    let Ok(list) = q.execute("qom-list", "{\"path\":\"/objects\"}") else {
+        return;
+    };
+    let re = regex::Regex::new(r#""name": ?"(trace-([0-9]+)-[0-9]+)""#).expect("regex");
+    let stale: Vec<String> = re
+        .captures_iter(&list)
+        .filter(|c| {
+            c[2].parse::<u32>()
+                .map(|pid| !crate::vm::pid_alive(pid))
+                .unwrap_or(false)
+        })
+        .map(|c| c[1].to_string())
+        .collect();
+    for id in stale {
+        let _ = q.execute("object-del", &format!("{{\"id\":{}}}", json_str(&id)));
     }
 }
 
