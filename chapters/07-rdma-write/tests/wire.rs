@@ -1,4 +1,4 @@
-//! Chapter 07 on the wire: the run `cargo lab run 07 --trace FILE` records, on the microVM
+//! Chapter 07 on the wire: the run that `--trace` records, on the microVM
 //! pair (server on node a, client on node b). The plain WRITE is one RDMA_WRITE_ONLY and its
 //! ACK, and nothing else reaches the target's CPU; WRITE_WITH_IMM is one
 //! RDMA_WRITE_ONLY_WITH_IMMEDIATE carrying the immediate, then its ACK.
