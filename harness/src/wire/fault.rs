@@ -1,4 +1,4 @@
-//! Faults on the pair's wire, on purpose: what `cargo lab fault` and chapter 13's test apply.
+//! Faults on the pair's wire, on purpose: what the `fault` command and chapter 13's test apply.
 //!
 //! - RoCE-only impairments (`loss`, `delay`, `duplicate`, `reorder`, `corrupt`): in the guest
 //!   of the sending node, a `prio` root qdisc whose every packet goes to band 2, except UDP
