@@ -8,7 +8,7 @@
 //! * `expected_sequences`: what each chapter's capture must show (message split by path MTU,
 //!   READ responses carrying an AETH on FIRST and LAST, the NAK, the atomics' acknowledgements,
 //!   the RNR NAKs and their timer);
-//! * `docs_svgs_are_current`: docs/wire/*.svg are what `cargo lab trace --update-docs` writes.
+//! * `docs_svgs_are_current`: docs/wire/*.svg are what the trace command's `--update-docs` writes.
 
 use harness::wire::decode::{AckKind, Packet, decode_pcap, opcode_name};
 use harness::wire::{docs, ladder};

@@ -1,4 +1,4 @@
-//! Each fault of `harness::wire::fault` (what `cargo lab fault` applies), on the microVM pair,
+//! Each fault of `harness::wire::fault` (what the `fault` command applies), on the microVM pair,
 //! checked with plain traffic and then checked gone:
 //!
 //! * node a sends N numbered UDP datagrams to node b's port 4791 (the RoCE v2 port, which the
