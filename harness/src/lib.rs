@@ -36,6 +36,7 @@ pub mod testing;
 /// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).
 pub mod testing_cli;
 pub mod vm;
+pub mod wire;
 
 /// Where the rxe device(s) live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -424,6 +424,8 @@ fn start_one(
     let qemu_log = dir.join(format!("qemu-{tag}.log"));
     let agent_sock = dir.join(format!("agent-{tag}.sock"));
     let _ = std::fs::remove_file(&agent_sock);
+    let qmp_sock = dir.join(format!("qmp-{tag}.sock"));
+    let _ = std::fs::remove_file(&qmp_sock);
     // no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can miss its
     // window and panic ("IO-APIC + timer doesn't work!"), seen here at load 6+.
     // cryptomgr.notests + initcall_blacklist: builtin initcalls that only self-test crypto or
@@ -483,7 +485,12 @@ fn start_one(
         agent_sock.display()
     ))
     .args(["-device", "virtio-serial-pci,id=vser,addr=0x3.1"])
-    .args(["-device", "virtserialport,chardev=agent,name=lab.agent"]);
+    .args(["-device", "virtserialport,chardev=agent,name=lab.agent"])
+    // The QEMU monitor (QMP) on a unix socket: `cargo lab trace` adds and removes a
+    // filter-dump on the netdev through it, `cargo lab fault freeze/thaw` stops and continues
+    // the VM.
+    .arg("-qmp")
+    .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()));
     if let Some(w) = &wire {
         cmd.arg("-netdev").arg(format!(
             "socket,id=n0,udp=127.0.0.1:{},localaddr=127.0.0.1:{}",

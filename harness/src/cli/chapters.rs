@@ -199,7 +199,7 @@ pub(super) fn get_lab(t: Topology) -> Result<Testbed> {
     Ok(lab)
 }
 
-pub(super) fn run(key: &str, extra: &[String]) -> Result<i32> {
+pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i32> {
     let (course, root) = Course::load()?;
     let ch = course.find(key).with_context(|| {
         format!("no chapter {key:?} in chapters/course.toml; `cargo lab list` shows them")
@@ -210,9 +210,23 @@ pub(super) fn run(key: &str, extra: &[String]) -> Result<i32> {
     prepare("run")?;
     let exes = build(&[&ch.package])?;
     let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    if let Some(file) = trace {
+        // The wire exists only on the pair: a loopback chapter runs there, its server on node a
+        // and its client on node b, exactly as its roles say.
+        let lab = get_lab(Topology::Pair)?;
+        println!("── {} {} (traced on the pair)", ch.number, ch.title);
+        let roles = ch.roles(exe, &extra, lab.server_addr());
+        let _g = testing::lock(&lab);
+        let cap = start_trace(&lab, file)?;
+        let t = testing::run_roles_in(&lab, &roles, testing::run_timeout());
+        let ladder = finish_trace(cap)?;
+        let t = t?;
+        print!("{}{ladder}", t.text());
+        return Ok(if t.success() { 0 } else { 1 });
+    }
     let lab = get_lab(ch.topology()?)?;
     println!("── {} {} ({})", ch.number, ch.title, ch.topology);
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let t = run_built(&lab, ch, exe, &extra)?;
     Ok(if t.success() { 0 } else { 1 })
 }

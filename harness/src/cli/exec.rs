@@ -170,6 +170,27 @@ pub(super) fn exec(
     stream(&lab, node.unwrap_or(Node::A), cmd, &env, forward)
 }
 
+/// `cargo lab exec --trace FILE -- CMD`: `exec` on the pair with the wire recorded.
+pub(super) fn exec_traced(
+    node: Option<Node>,
+    t: Option<TopoArg>,
+    env: &[String],
+    cmd: Vec<String>,
+    file: &Path,
+) -> Result<i32> {
+    let env = parse_env_flags(env)?;
+    if matches!(t, Some(TopoArg::One(Topology::Loopback))) {
+        bail!("--trace needs the pair (the loopback lab has no wire): drop `-t loopback`");
+    }
+    let lab = lab_for_exec(Topology::Pair)?;
+    let forward = !std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let cap = start_trace(&lab, file)?;
+    let code = stream(&lab, node.unwrap_or(Node::A), cmd, &env, forward);
+    let ladder = finish_trace(cap)?;
+    eprint!("{ladder}");
+    code
+}
+
 /// `cargo lab exec --cargo ARGS`: `cargo ARGS` here, with cargo's runner for this host's target
 /// set to this very `exec` (same node, topology and `-e` flags): every binary cargo runs (tests,
 /// benches, `cargo run`) runs in the lab. The target's triple comes from `rustc -vV`.

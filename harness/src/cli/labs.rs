@@ -60,7 +60,8 @@ pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Chil
         && vm::pid_alive(pid)
     {
         bail!(
-            "a lab daemon (pid {pid}) owns {} but does not answer; run `cargo lab down`",
+            "a lab daemon (pid {pid}) owns {} but does not answer; run `cargo lab down` (or, if a \
+             node was frozen with `cargo lab fault freeze`, `cargo lab fault clear`)",
             dir.display()
         );
     }

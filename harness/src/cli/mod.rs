@@ -32,6 +32,7 @@ mod doctor;
 mod exec;
 mod labs;
 mod suite;
+mod wire;
 use bench::*;
 use book::*;
 use chapters::*;
@@ -39,6 +40,7 @@ use doctor::*;
 use exec::*;
 use labs::*;
 use suite::*;
+use wire::*;
 
 /// scripts/setup.sh, embedded: the one source of truth for what the project needs.
 pub const SETUP_SH: &str = include_str!("../../../scripts/setup.sh");
@@ -111,6 +113,10 @@ enum Sub {
         /// going to the lab: cargo's runner set to this `exec`.
         #[arg(long)]
         cargo: bool,
+        /// Record the pair's wire into this pcap while the command runs, then print its RoCE
+        /// v2 packets (implies --topology pair).
+        #[arg(long, value_name = "FILE.pcap")]
+        trace: Option<PathBuf>,
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
@@ -131,12 +137,37 @@ enum Sub {
     /// the defaults and the documented examples.
     Run {
         chapter: String,
+        /// Record the pair's wire into this pcap and print its RoCE v2 packets after the run;
+        /// a loopback chapter then runs on the pair (server on node a, client on node b).
+        #[arg(long, value_name = "FILE.pcap")]
+        trace: Option<PathBuf>,
         /// Replace the chapter's default arguments (given to every role).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// Build and run every chapter in order, then a summary.
     Tour,
+    /// Print a pcap's RoCE v2 packets as a ladder, one line per packet (`a -> b  OPCODE
+    /// psn=... len=...`); record one with `cargo lab run NN --trace FILE.pcap` or
+    /// `cargo lab exec --trace FILE.pcap -- CMD`.
+    Trace {
+        /// The pcap to read (not needed with --update-docs).
+        #[arg(required_unless_present = "update_docs")]
+        file: Option<PathBuf>,
+        /// Rewrite the docs' ladder diagrams (docs/wire/*.svg) from the committed captures
+        /// (harness/tests/fixtures/wire/).
+        #[arg(long, conflicts_with_all = ["svg", "redact", "title"])]
+        update_docs: bool,
+        /// Also write the ladder as an SVG sequence diagram (identifiers redacted).
+        #[arg(long, value_name = "OUT.svg")]
+        svg: Option<PathBuf>,
+        /// Number PSNs, QPNs, keys and addresses as the snapshots do (`[PSN#1]`).
+        #[arg(long)]
+        redact: bool,
+        /// The SVG's title (default: the file's name).
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
     /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
     Build,
@@ -156,6 +187,31 @@ enum Sub {
         /// With --serve: stop after this many seconds (for scripts and tests).
         #[arg(long, value_name = "SECS", requires = "serve")]
         serve_secs: Option<u64>,
+    },
+    /// Break the running pair lab's wire on purpose, or undo it.
+    ///
+    /// Impairments of RoCE v2 traffic only (UDP 4791; the TCP side channel stays clean), on
+    /// what node a, node b or both (default) send: `loss 5%`, `delay 10ms` or `delay
+    /// 10ms±2ms`, `duplicate 1%`, `reorder 25%`, `corrupt 1%` (tc netem in the guest, behind a
+    /// prio qdisc and a u32 filter). `partition` loses everything the node(s) send (`-n a`:
+    /// only a -> b), `heal` ends it; `freeze NODE` / `thaw NODE` stop and resume a VM (QEMU's
+    /// monitor); `status` shows what is active; `clear` undoes everything (so does `cargo lab
+    /// down`). With `-- CMD`, the faults last while CMD runs on `--on` (default a), then are
+    /// cleared, Ctrl-C included.
+    Fault {
+        /// loss, delay, duplicate, reorder, corrupt, partition, heal, freeze, thaw, clear,
+        /// status.
+        action: String,
+        /// The amount (5%, 10ms±2ms), or the node for freeze/thaw.
+        value: Option<String>,
+        /// The node whose outgoing packets are impaired (default both).
+        #[arg(long, short)]
+        node: Option<Node>,
+        /// Where `-- CMD` runs.
+        #[arg(long, default_value = "a")]
+        on: Node,
+        #[arg(last = true)]
+        cmd: Vec<String>,
     },
     /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
     Test {
@@ -253,9 +309,15 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             topology,
             env,
             cargo,
+            trace,
             cmd,
         } => {
-            if cargo {
+            if let Some(file) = trace {
+                if cargo {
+                    bail!("--trace and --cargo cannot be used together");
+                }
+                exec_traced(node, topology, &env, cmd, &file)
+            } else if cargo {
                 exec_cargo(node, topology, &env, cmd)
             } else {
                 exec(node, topology, &env, cmd)
@@ -263,10 +325,31 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         }
         Sub::Shell { node, topology } => shell(node, topology),
         Sub::List => list(),
-        Sub::Run { chapter, args } => run(&chapter, &args),
+        Sub::Run {
+            chapter,
+            trace,
+            args,
+        } => run(&chapter, &args, trace.as_deref()),
+        Sub::Trace {
+            file,
+            update_docs,
+            svg,
+            redact,
+            title,
+        } => match file {
+            Some(f) if !update_docs => trace(&f, svg.as_deref(), redact, title.as_deref()),
+            _ => update_wire_docs(),
+        },
         Sub::Tour => tour(),
         Sub::Build => build_cmd(),
         Sub::Test { args } => test(&args),
+        Sub::Fault {
+            action,
+            value,
+            node,
+            on,
+            cmd,
+        } => fault(&action, value.as_deref(), node, on, cmd),
         Sub::Bench { runs, topology } => bench(runs, topology),
         Sub::Daemon { topology, dir } => daemon(topology, &dir),
     }

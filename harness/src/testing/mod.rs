@@ -11,7 +11,8 @@
 //! ```
 //!
 //! Layout: this file holds the API (roles, transcripts, the shared labs, `in_lab`, chapters);
-//! `lock.rs` serializes a lab across processes; `schedule.rs` runs roles.
+//! `lock.rs` serializes a lab across processes; `schedule.rs` runs roles; `traced.rs` runs them
+//! on the pair with the wire recorded.
 //!
 //! Environment: `LAB_TIMEOUT_SECS` (every run's deadline, default 180), `LAB_STATE_DIR` (labs a
 //! `cargo lab test`/`cargo lab up` daemon runs), `LAB_PROVIDER`, `LAB_VM_MEM_MB`, `LAB_ACCEL`,
@@ -29,8 +30,10 @@ use std::time::{Duration, Instant};
 
 mod lock;
 mod schedule;
+mod traced;
 pub use lock::{LabGuard, lock};
 pub use schedule::{run_roles, run_roles_in};
+pub use traced::{Traced, run_chapter_traced, run_roles_traced, wire_lab};
 
 /// One process to run in the lab.
 #[derive(Debug, Clone)]

@@ -1,0 +1,106 @@
+//! The two tools of this chapter that are not verbs: `tc netem` on this node's link (the
+//! client impairs what it sends), and rxe's counters in sysfs.
+//!
+//! Only RoCE v2 is impaired: a `prio` root qdisc sends everything to band 2, except UDP
+//! datagrams to port 4791, which a `u32` filter puts in band 3, where netem waits. The TCP
+//! connection the two processes talk over stays clean. netem's `limit` is raised to 100000
+//! packets: when netem's own queue overflows, the packet is dropped *locally*, and rxe then
+//! takes another (racy) resend path than for a packet lost on the wire.
+
+use lab::course::{Failure, Outcome};
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// The link of the pair's wire in the lab's VMs.
+pub const IFACE: &str = "eth0";
+
+fn tc(args: &str) -> Outcome {
+    let out = Command::new("tc")
+        .args(args.split_whitespace())
+        .output()
+        .map_err(|e| Failure(format!("cannot run tc ({e}); it is in iproute2")))?;
+    if !out.status.success() {
+        return Err(Failure(format!(
+            "`tc {args}` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// An impairment of the RoCE packets this node sends, removed when dropped (also when the
+/// case fails half way).
+pub struct Netem {
+    active: bool,
+}
+
+impl Netem {
+    /// Puts `netem <params>` (e.g. `loss 5%`) on this node's RoCE traffic.
+    pub fn apply(params: &str) -> Outcome<Netem> {
+        remove_all();
+        tc(&format!(
+            "qdisc add dev {IFACE} root handle 1: prio bands 3 \
+             priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"
+        ))?;
+        let n = Netem { active: true };
+        tc(&format!(
+            "qdisc add dev {IFACE} parent 1:3 handle 30: netem limit 100000 {params}"
+        ))?;
+        tc(&format!(
+            "filter add dev {IFACE} parent 1: protocol ip prio 1 u32 \
+             match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3"
+        ))?;
+        Ok(n)
+    }
+
+    /// Removes it now.
+    pub fn remove(mut self) {
+        self.active = false;
+        remove_all();
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        if self.active {
+            remove_all();
+        }
+    }
+}
+
+/// Back to the kernel's default qdisc.
+pub fn remove_all() {
+    let _ = Command::new("tc")
+        .args(["qdisc", "del", "dev", IFACE, "root"])
+        .output();
+}
+
+/// Counter name -> value.
+pub type Counters = BTreeMap<String, u64>;
+
+/// rxe's counters of port 1 (`/sys/class/infiniband/<dev>/ports/1/hw_counters`).
+pub fn counters(dev: &str) -> BTreeMap<String, u64> {
+    let dir = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters");
+    let mut out = BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if let Ok(v) = std::fs::read_to_string(e.path())
+                && let Ok(n) = v.trim().parse()
+            {
+                out.insert(e.file_name().to_string_lossy().into_owned(), n);
+            }
+        }
+    }
+    out
+}
+
+/// How much each counter rose between two readings (only those that did).
+pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> Vec<(String, u64)> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v.saturating_sub(*before.get(k).unwrap_or(&0));
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}

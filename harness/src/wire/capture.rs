@@ -1,0 +1,125 @@
+//! Recording the pair's wire: a `filter-dump` object on node a's netdev, added through QEMU's
+//! monitor for the length of a run and removed after it. It sees every frame node a sends and
+//! receives, which on the pair's two-port wire is every frame there is; it costs the guests
+//! nothing (QEMU writes the pcap on the host).
+
+use super::qmp::{Qmp, json_str};
+use crate::testbed::{Provider, Testbed};
+use crate::{Node, Topology};
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The monitor socket of a node of a VM lab.
+pub fn qmp_sock(lab: &Testbed, node: Node) -> Result<PathBuf> {
+    if lab.provider != Provider::Vm {
+        bail!(
+            "the wire exists only between the microVM pair's two kernels (the native provider \
+             serves both nodes on one device, and rxe loops their packets back inside); run it \
+             with LAB_PROVIDER=vm"
+        );
+    }
+    if lab.topology != Topology::Pair {
+        bail!(
+            "the loopback lab has no wire (rxe hands packets for its own address straight back \
+             to itself); trace on the pair: `-t pair`"
+        );
+    }
+    let dir = lab.dir.as_ref().context("a VM lab without a state dir")?;
+    Ok(dir.join(format!("qmp-{}.sock", node.name())))
+}
+
+/// A capture in progress; [`Capture::stop`] ends it (dropping it ends it too).
+#[derive(Debug)]
+pub struct Capture {
+    sock: PathBuf,
+    id: String,
+    /// The pcap being written.
+    pub file: PathBuf,
+    active: bool,
+}
+
+impl Capture {
+    /// Starts writing the wire to `file` (created or truncated).
+    pub fn start(lab: &Testbed, file: &Path) -> Result<Capture> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let sock = qmp_sock(lab, Node::A)?;
+        let file = if file.is_absolute() {
+            file.to_path_buf()
+        } else {
+            std::env::current_dir()?.join(file)
+        };
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let id = format!(
+            "trace-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut q = Qmp::connect(&sock)?;
+        remove_stale(&mut q);
+        q.execute(
+            "object-add",
+            &format!(
+                "{{\"qom-type\":\"filter-dump\",\"id\":{},\"netdev\":\"n0\",\"file\":{}}}",
+                json_str(&id),
+                json_str(&file.to_string_lossy())
+            ),
+        )
+        .with_context(|| format!("starting a capture into {}", file.display()))?;
+        Ok(Capture {
+            sock,
+            id,
+            file,
+            active: true,
+        })
+    }
+
+    /// Stops the capture (after a short settle, so the last ACK of a run is in) and returns
+    /// the pcap's bytes.
+    pub fn stop(mut self) -> Result<Vec<u8>> {
+        std::thread::sleep(Duration::from_millis(300));
+        self.remove()?;
+        std::fs::read(&self.file).with_context(|| format!("reading {}", self.file.display()))
+    }
+
+    fn remove(&mut self) -> Result<()> {
+        if !self.active {
+            return Ok(());
+        }
+        self.active = false;
+        let mut q = Qmp::connect(&self.sock)?;
+        q.execute("object-del", &format!("{{\"id\":{}}}", json_str(&self.id)))?;
+        Ok(())
+    }
+}
+
+/// Removes the captures of processes that died without removing theirs (a `cargo lab run
+/// --trace` stopped with Ctrl-C): their `trace-<pid>-<n>` objects would write on forever.
+fn remove_stale(q: &mut Qmp) {
+    let Ok(list) = q.execute("qom-list", "{\"path\":\"/objects\"}") else {
+        return;
+    };
+    let re = regex::Regex::new(r#""name": ?"(trace-([0-9]+)-[0-9]+)""#).expect("regex");
+    let stale: Vec<String> = re
+        .captures_iter(&list)
+        .filter(|c| {
+            c[2].parse::<u32>()
+                .map(|pid| !crate::vm::pid_alive(pid))
+                .unwrap_or(false)
+        })
+        .map(|c| c[1].to_string())
+        .collect();
+    for id in stale {
+        let _ = q.execute("object-del", &format!("{{\"id\":{}}}", json_str(&id)));
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let _ = self.remove();
+    }
+}

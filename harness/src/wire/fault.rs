@@ -1,0 +1,437 @@
+//! Faults on the pair's wire, on purpose: what the `fault` command and chapter 13's test apply.
+//!
+//! - RoCE-only impairments (`loss`, `delay`, `duplicate`, `reorder`, `corrupt`): in the guest
+//!   of the sending node, a `prio` root qdisc whose every packet goes to band 2, except UDP
+//!   datagrams to port 4791 (a `u32` filter) which go to band 3, where `netem` impairs them. The
+//!   TCP side channel and everything else stay clean. netem's `limit` is raised to 100000
+//!   packets: a netem queue that overflows drops packets locally, and a local drop makes rxe
+//!   take a different (and racy) resend path than a loss on the wire.
+//! - `partition`: a root `netem loss 100%` on the node(s): every packet that node sends is lost
+//!   (the agents talk over virtio-serial, not the wire, so the lab stays in control).
+//! - `freeze`/`thaw`: the QEMU monitor's `stop`/`cont`: the node's vCPUs stop, its kernel (and
+//!   rxe) neither sends nor answers, then resumes where it was.
+//!
+//! The impairments per node are kept in `faults` in the lab's state dir and re-applied as a
+//! whole at every change (`tc qdisc replace`), so several combine (`loss 5%` then
+//! `delay 10ms`). [`clear`] removes every qdisc and thaws every node; `cargo lab down` removes
+//! them by construction (the VMs go).
+
+use super::capture::qmp_sock;
+use super::qmp::Qmp;
+use crate::Node;
+use crate::conn::Cmd;
+use crate::proto::ExitStatus;
+use crate::testbed::Testbed;
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The guest interface of the pair's wire.
+pub const IFACE: &str = "eth0";
+
+/// One impairment of RoCE traffic (netem's vocabulary).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Impair {
+    /// Lose this percentage of packets.
+    Loss(f64),
+    /// Delay every packet by `ms`, plus or minus `jitter_ms`.
+    Delay { ms: f64, jitter_ms: f64 },
+    /// Send this percentage twice.
+    Duplicate(f64),
+    /// Send this percentage at once, ahead of the others (which netem delays by 10 ms unless a
+    /// delay is set).
+    Reorder(f64),
+    /// Flip a random bit in this percentage.
+    Corrupt(f64),
+}
+
+impl Impair {
+    /// The netem keyword of this impairment (one of each kind is kept per node).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Impair::Loss(_) => "loss",
+            Impair::Delay { .. } => "delay",
+            Impair::Duplicate(_) => "duplicate",
+            Impair::Reorder(_) => "reorder",
+            Impair::Corrupt(_) => "corrupt",
+        }
+    }
+
+    /// netem's arguments for it.
+    pub fn netem_args(&self) -> String {
+        match self {
+            Impair::Loss(p) => format!("loss {p}%"),
+            Impair::Delay { ms, jitter_ms } if *jitter_ms > 0.0 => {
+                format!("delay {ms}ms {jitter_ms}ms")
+            }
+            Impair::Delay { ms, .. } => format!("delay {ms}ms"),
+            Impair::Duplicate(p) => format!("duplicate {p}%"),
+            Impair::Reorder(p) => format!("reorder {p}%"),
+            Impair::Corrupt(p) => format!("corrupt {p}%"),
+        }
+    }
+
+    /// Parses `loss 5%`, `delay 10ms`, `delay 10ms±2ms` (or `10ms+-2ms`), `duplicate 1%`,
+    /// `reorder 25%`, `corrupt 1%` (the `%` and `ms` are optional).
+    pub fn parse(kind: &str, value: &str) -> Result<Impair> {
+        let pct = |v: &str| -> Result<f64> {
+            let n: f64 = v
+                .trim()
+                .trim_end_matches('%')
+                .parse()
+                .with_context(|| format!("{kind} {v:?}: expected a percentage such as 5%"))?;
+            if !(0.0..=100.0).contains(&n) {
+                bail!("{kind} {v}: a percentage is between 0% and 100%");
+            }
+            Ok(n)
+        };
+        let ms = |v: &str| -> Result<f64> {
+            let n: f64 =
+                v.trim().trim_end_matches("ms").parse().with_context(|| {
+                    format!("delay {value:?}: expected milliseconds such as 10ms")
+                })?;
+            if !(0.0..=60_000.0).contains(&n) {
+                bail!("delay {value}: between 0ms and 60000ms");
+            }
+            Ok(n)
+        };
+        Ok(match kind {
+            "loss" => Impair::Loss(pct(value)?),
+            "duplicate" => Impair::Duplicate(pct(value)?),
+            "reorder" => Impair::Reorder(pct(value)?),
+            "corrupt" => Impair::Corrupt(pct(value)?),
+            "delay" => {
+                let (d, j) = match value.split_once('±').or_else(|| value.split_once("+-")) {
+                    Some((d, j)) => (ms(d)?, ms(j)?),
+                    None => (ms(value)?, 0.0),
+                };
+                Impair::Delay {
+                    ms: d,
+                    jitter_ms: j,
+                }
+            }
+            other => {
+                bail!("unknown impairment {other:?} (loss, delay, duplicate, reorder, corrupt)")
+            }
+        })
+    }
+}
+
+/// What is applied to one node's egress.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeFaults {
+    pub impair: Vec<Impair>,
+    pub partitioned: bool,
+}
+
+/// The faults of both nodes, as kept in the lab's state dir.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    pub a: NodeFaults,
+    pub b: NodeFaults,
+}
+
+impl Faults {
+    pub fn node(&mut self, n: Node) -> &mut NodeFaults {
+        match n {
+            Node::A => &mut self.a,
+            Node::B => &mut self.b,
+        }
+    }
+
+    fn to_text(&self) -> String {
+        let mut s = String::new();
+        for (n, f) in [("a", &self.a), ("b", &self.b)] {
+            if f.partitioned {
+                s.push_str(&format!("{n} partition\n"));
+            }
+            for i in &f.impair {
+                s.push_str(&format!("{n} {}\n", i.netem_args()));
+            }
+        }
+        s
+    }
+
+    fn from_text(t: &str) -> Faults {
+        let mut f = Faults::default();
+        for line in t.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let node = match w.first() {
+                Some(&"a") => Node::A,
+                Some(&"b") => Node::B,
+                _ => continue,
+            };
+            match w.get(1..) {
+                Some(["partition"]) => f.node(node).partitioned = true,
+                Some(["delay", d, j]) => {
+                    if let Ok(i) = Impair::parse("delay", &format!("{d}±{j}")) {
+                        f.node(node).impair.push(i);
+                    }
+                }
+                Some([k, v]) => {
+                    if let Ok(i) = Impair::parse(k, v) {
+                        f.node(node).impair.push(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        f
+    }
+}
+
+fn state_file(lab: &Testbed) -> Result<PathBuf> {
+    // qmp_sock checks that this is the VM pair.
+    let sock = qmp_sock(lab, Node::A)?;
+    Ok(sock.with_file_name("faults"))
+}
+
+/// The faults recorded for this lab.
+pub fn recorded(lab: &Testbed) -> Result<Faults> {
+    let f = state_file(lab)?;
+    Ok(Faults::from_text(
+        &std::fs::read_to_string(f).unwrap_or_default(),
+    ))
+}
+
+fn sh(lab: &Testbed, node: Node, script: &str) -> Result<String> {
+    let out = lab.run(
+        node,
+        &Cmd::new(["sh", "-c", script]).timeout(Duration::from_secs(60)),
+        Duration::from_secs(60),
+    )?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status != ExitStatus::Code(0) {
+        bail!(
+            "node {}: `{script}` failed ({:?}): {}",
+            node.name(),
+            out.status,
+            text.trim()
+        );
+    }
+    Ok(text)
+}
+
+/// The tc script that puts a node's faults in place (from a clean root qdisc).
+pub fn tc_script(f: &NodeFaults) -> String {
+    let del = format!("tc qdisc del dev {IFACE} root 2>/dev/null; ");
+    if f.partitioned {
+        return format!(
+            "{del}tc qdisc add dev {IFACE} root handle 1: netem limit 100000 loss 100%"
+        );
+    }
+    if f.impair.is_empty() {
+        return format!("{del}true");
+    }
+    let mut netem: Vec<String> = f.impair.iter().map(Impair::netem_args).collect();
+    // netem reorders only delayed packets: the others go ahead of them.
+    if f.impair.iter().any(|i| matches!(i, Impair::Reorder(_)))
+        && !f.impair.iter().any(|i| matches!(i, Impair::Delay { .. }))
+    {
+        netem.insert(0, "delay 10ms".into());
+    }
+    format!(
+        "{del}tc qdisc add dev {IFACE} root handle 1: prio bands 3 \
+         priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 && \
+         tc qdisc add dev {IFACE} parent 1:3 handle 30: netem limit 100000 {} && \
+         tc filter add dev {IFACE} parent 1: protocol ip prio 1 u32 \
+         match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3",
+        netem.join(" ")
+    )
+}
+
+fn apply(lab: &Testbed, f: &Faults, nodes: &[Node]) -> Result<()> {
+    for &n in nodes {
+        let nf = match n {
+            Node::A => &f.a,
+            Node::B => &f.b,
+        };
+        sh(lab, n, &tc_script(nf))?;
+    }
+    std::fs::write(state_file(lab)?, f.to_text())?;
+    Ok(())
+}
+
+/// Adds (or replaces, per kind) an impairment of RoCE traffic sent by `nodes`.
+pub fn impair(lab: &Testbed, nodes: &[Node], i: Impair) -> Result<()> {
+    let mut f = recorded(lab)?;
+    for &n in nodes {
+        let nf = f.node(n);
+        nf.impair.retain(|x| x.kind() != i.kind());
+        nf.impair.push(i.clone());
+    }
+    apply(lab, &f, nodes)
+}
+
+/// Loses everything `nodes` send (both nodes: both directions).
+pub fn partition(lab: &Testbed, nodes: &[Node]) -> Result<()> {
+    let mut f = recorded(lab)?;
+    for &n in nodes {
+        f.node(n).partitioned = true;
+    }
+    apply(lab, &f, nodes)
+}
+
+/// Ends a partition of `nodes` (their impairments, if any, come back).
+pub fn heal(lab: &Testbed, nodes: &[Node]) -> Result<()> {
+    let mut f = recorded(lab)?;
+    for &n in nodes {
+        f.node(n).partitioned = false;
+    }
+    apply(lab, &f, nodes)
+}
+
+/// The pair's state dir (where the monitors' sockets are).
+pub fn lab_dir(lab: &Testbed) -> Result<PathBuf> {
+    Ok(state_file(lab)?.with_file_name(""))
+}
+
+fn qmp(dir: &Path, node: Node) -> Result<Qmp> {
+    Qmp::connect(&dir.join(format!("qmp-{}.sock", node.name())))
+}
+
+/// Stops a node's vCPUs (QEMU `stop`): it goes silent, and keeps its state. `dir`: the pair's
+/// state dir ([`lab_dir`]); the monitor needs no agent, so this works on a frozen node too.
+pub fn freeze(dir: &Path, node: Node) -> Result<()> {
+    qmp(dir, node)?.execute("stop", "")?;
+    Ok(())
+}
+
+/// Resumes a frozen node (QEMU `cont`).
+pub fn thaw(dir: &Path, node: Node) -> Result<()> {
+    qmp(dir, node)?.execute("cont", "")?;
+    Ok(())
+}
+
+/// Is the node frozen?
+pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
+    Ok(!qmp(dir, node)?.running()?)
+}
+
+/// Thaws every frozen node of the pair in `dir`; returns the nodes it thawed.
+pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
+    let mut out = vec![];
+    for n in [Node::A, Node::B] {
+        if frozen(dir, n)? {
+            thaw(dir, n)?;
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
+
+/// Undoes everything: thaws both nodes, removes every qdisc, forgets the record.
+pub fn clear(lab: &Testbed) -> Result<()> {
+    thaw_all(&lab_dir(lab)?)?;
+    apply(lab, &Faults::default(), &[Node::A, Node::B])
+}
+
+/// What is active, read from the nodes themselves (their qdiscs, their run state): one line
+/// per node.
+pub fn status(lab: &Testbed) -> Result<Vec<String>> {
+    let mut out = vec![];
+    let dir = lab_dir(lab)?;
+    for n in [Node::A, Node::B] {
+        if frozen(&dir, n)? {
+            out.push(format!(
+                "node {}: frozen (its qdiscs cannot be read)",
+                n.name()
+            ));
+            continue;
+        }
+        let q = sh(lab, n, &format!("tc qdisc show dev {IFACE}"))?;
+        let active: Vec<String> = q
+            .lines()
+            .filter(|l| l.starts_with("qdisc netem"))
+            .map(|l| {
+                let roce = if l.contains("parent 1:3") {
+                    "RoCE only"
+                } else {
+                    "everything (partition)"
+                };
+                let params = l
+                    .split_once("limit ")
+                    .map(|(_, r)| r.split_once(' ').map(|x| x.1).unwrap_or(""))
+                    .unwrap_or("");
+                format!("netem {} on {roce}", params.trim())
+            })
+            .collect();
+        out.push(if active.is_empty() {
+            format!("node {}: running, no fault", n.name())
+        } else {
+            format!("node {}: running, {}", n.name(), active.join("; "))
+        });
+    }
+    Ok(out)
+}
+
+/// Is anything active (a netem qdisc on either node, a frozen node)?
+pub fn any_active(lab: &Testbed) -> Result<bool> {
+    Ok(status(lab)?.iter().any(|l| !l.ends_with("no fault")))
+}
+
+/// Clears every fault when dropped (a test that panics leaves nothing behind).
+#[derive(Debug)]
+pub struct ClearOnDrop<'a>(pub &'a Testbed);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = clear(self.0) {
+            eprintln!("harness: clearing the wire's faults failed: {e:#}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_impairments() {
+        assert_eq!(Impair::parse("loss", "5%").unwrap(), Impair::Loss(5.0));
+        assert_eq!(
+            Impair::parse("delay", "10ms±2ms").unwrap(),
+            Impair::Delay {
+                ms: 10.0,
+                jitter_ms: 2.0
+            }
+        );
+        assert_eq!(
+            Impair::parse("delay", "10+-2").unwrap().netem_args(),
+            "delay 10ms 2ms"
+        );
+        assert!(Impair::parse("loss", "150%").is_err());
+        assert!(Impair::parse("loss", "lots").is_err());
+        assert!(Impair::parse("jam", "1%").is_err());
+    }
+
+    #[test]
+    fn record_round_trips() {
+        let mut f = Faults::default();
+        f.a.impair.push(Impair::Loss(5.0));
+        f.a.impair.push(Impair::Delay {
+            ms: 3.0,
+            jitter_ms: 1.0,
+        });
+        f.b.partitioned = true;
+        assert_eq!(Faults::from_text(&f.to_text()), f);
+    }
+
+    #[test]
+    fn roce_only_script() {
+        let s = tc_script(&NodeFaults {
+            impair: vec![Impair::Reorder(25.0)],
+            partitioned: false,
+        });
+        assert!(
+            s.contains("netem limit 100000 delay 10ms reorder 25%"),
+            "{s}"
+        );
+        assert!(s.contains("match ip dport 4791 0xffff flowid 1:3"), "{s}");
+        assert!(tc_script(&NodeFaults::default()).ends_with("true"));
+    }
+}
