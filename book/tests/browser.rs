@@ -19,6 +19,8 @@ use tungstenite::{Message, WebSocket, stream::MaybeTlsStream};
 const PAGES: &[(&str, usize, usize)] = &[
     // (page, inline diagrams it must show, images it must load)
     ("chapters/05-qp-state-machine.html", 1, 0),
+    // A ladder diagram generated from a wire trace.
+    ("chapters/07-rdma-write.html", 1, 0),
     ("failures.html", 1, 0),
     ("qp-states.html", 1, 0),
     // The performance plots, SVG files the chapter's README shows as images.
@@ -244,7 +246,7 @@ fn artifacts() -> PathBuf {
 }
 
 #[test]
-fn three_pages_render_their_diagrams_without_errors() {
+fn the_pages_render_their_diagrams_and_plots_without_errors() {
     let book = book();
     let mut b = Browser::launch();
     let shots = artifacts();
@@ -265,7 +267,7 @@ fn three_pages_render_their_diagrams_without_errors() {
                       if (!s) return {id: f.id, svg: false}; \
                       const r = s.getBoundingClientRect(); \
                       return {id: f.id, svg: true, w: r.width, h: r.height, \
-                              shapes: s.querySelectorAll('g.node, g.edge').length}; }), \
+                              shapes: s.querySelectorAll('path, line, polygon, polyline, text, ellipse').length}; }), \
                     images: [...document.images].map(i => ({src: i.src, \
                       w: i.naturalWidth, h: i.naturalHeight, ok: i.complete && i.naturalWidth > 0})), \
                     code: document.querySelectorAll('pre code').length})",
