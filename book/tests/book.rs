@@ -11,16 +11,12 @@ fn repo() -> PathBuf {
     harness::course::workspace_root().expect("workspace root")
 }
 
-/// One rendering per test binary: (generated sources, HTML).
+/// One rendering per test binary: (generated sources, HTML), under `target/book-test/` (a
+/// fixed place, replaced at each run: nothing is left in /tmp).
 fn built() -> &'static (PathBuf, PathBuf) {
     static B: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     B.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("rxe-lab-book-test")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let out = dir.join("book");
+        let out = repo().join("target/book-test/book");
         let src = rxe_lab_book::build(&repo(), &out).unwrap_or_else(|e| panic!("{e:#}"));
         (src.join("src"), out)
     })

@@ -225,16 +225,16 @@ impl Browser {
     }
 }
 
-fn book() -> PathBuf {
+/// The book, rendered into a temp dir removed when the returned guard drops.
+fn book() -> (tempfile::TempDir, PathBuf) {
     let repo = harness::course::workspace_root().unwrap();
     let dir = tempfile::Builder::new()
         .prefix("rxe-lab-book-browser")
         .tempdir()
-        .unwrap()
-        .keep();
-    let out = dir.join("book");
+        .unwrap();
+    let out = dir.path().join("book");
     rxe_lab_book::build(&repo, &out).unwrap_or_else(|e| panic!("{e:#}"));
-    out
+    (dir, out)
 }
 
 fn artifacts() -> PathBuf {
@@ -247,7 +247,7 @@ fn artifacts() -> PathBuf {
 
 #[test]
 fn the_pages_render_their_diagrams_and_plots_without_errors() {
-    let book = book();
+    let (_dir, book) = book();
     let mut b = Browser::launch();
     let shots = artifacts();
     let mut report = vec![];
