@@ -197,7 +197,9 @@ fi
 # says which one and why). Built from crates.io into the cache dir, never over a system mdbook.
 mdbook_version=0.4.52
 mdbook_root=$cache_dir/tools/mdbook-$mdbook_version
-if [ "$want_book" = 1 ] && ! "$mdbook_root/bin/mdbook" --version 2>/dev/null | grep -qx "mdbook v$mdbook_version"; then
+# An mdbook of the pinned version named by $MDBOOK (what the book's build also honours) will do.
+mdbook_ok() { "$1" --version 2>/dev/null | grep -qx "mdbook v$mdbook_version"; }
+if [ "$want_book" = 1 ] && ! mdbook_ok "$mdbook_root/bin/mdbook" && ! { [ -n "${MDBOOK:-}" ] && mdbook_ok "$MDBOOK"; }; then
   mdbook_cmd="cargo install mdbook --version $mdbook_version --locked --root $mdbook_root"
   if [ "$print_only" = 1 ]; then
     echo "missing: mdbook $mdbook_version; fix: $mdbook_cmd"

@@ -191,6 +191,11 @@ fn the_mdbook_pin_is_the_same_everywhere() {
         cli.contains(&format!("const MDBOOK_VERSION: &str = \"{v}\";")),
         "harness/src/cli/book.rs checks another mdbook than {v}"
     );
+    let in_vm = std::fs::read_to_string(repo.join("harness/tests/native_in_vm.rs")).unwrap();
+    assert!(
+        in_vm.contains(&format!("tools/mdbook-{v}/bin/mdbook")),
+        "harness/tests/native_in_vm.rs hands the guest another mdbook than {v}"
+    );
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
     assert!(
         readme.contains(&format!("mdBook {v}")),

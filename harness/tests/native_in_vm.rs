@@ -222,6 +222,15 @@ echo "== end"
         setup = setup.display()
     );
     let wheels = wheels.to_string_lossy().into_owned();
+    // --dev includes --book, whose mdbook is built with cargo: not in the TCG guest. The host's
+    // pinned mdbook (which `cargo lab test` installs) is visible there and is taken as is.
+    let mdbook = harness::initramfs::cache_dir().join("tools/mdbook-0.4.52/bin/mdbook");
+    assert!(
+        mdbook.is_file(),
+        "{} is missing; fix: bash scripts/setup.sh --book",
+        mdbook.display()
+    );
+    let mdbook = mdbook.to_string_lossy().into_owned();
     let t = in_guest(
         "setup-dev",
         vec!["bash".into(), "-c".into(), script],
@@ -229,6 +238,7 @@ echo "== end"
             ("PIP_FIND_LINKS", &wheels),
             ("PIP_NO_INDEX", "1"),
             ("HOME", "/root"),
+            ("MDBOOK", &mdbook),
         ],
         Duration::from_secs(400),
     );

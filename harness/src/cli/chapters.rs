@@ -95,13 +95,17 @@ pub(super) fn prepare(what: &str) -> Result<()> {
 }
 
 /// The repository checks (`harness/tests/repo_checks.rs`) run actionlint, shellcheck and
-/// vagrant: install them (`scripts/setup.sh --dev`) when one is missing, so `cargo lab test`
+/// vagrant, the book's tests Graphviz and the pinned mdbook: install them (`scripts/setup.sh --dev`) when one is missing, so `cargo lab test`
 /// passes on a fresh machine; if that fails, say the command.
 pub(super) fn prepare_checkers() -> Result<()> {
-    let missing: Vec<&str> = ["actionlint", "shellcheck", "vagrant"]
+    let mut missing: Vec<&str> = ["actionlint", "shellcheck", "vagrant", "dot"]
         .into_iter()
         .filter(|t| vm::which(t).is_none())
         .collect();
+    // The book's tests build it with the pinned mdbook.
+    if super::book::pinned_mdbook().is_none() {
+        missing.push("mdbook");
+    }
     if missing.is_empty() {
         return Ok(());
     }
