@@ -25,7 +25,8 @@ pub struct VerbsObject {
     pub optional_parents: &'static [&'static str],
 }
 
-/// The objects the course uses, parents first.
+/// The objects the course uses, parents first (in an order whose reverse is the crate's
+/// documented teardown order: QP, CQ, channel, ..., MR, PD, context).
 pub const OBJECTS: &[VerbsObject] = &[
     VerbsObject {
         name: "context",
@@ -44,24 +45,6 @@ pub const OBJECTS: &[VerbsObject] = &[
         destroy: "ibv_dealloc_pd",
         parents: &["context"],
         optional_parents: &[],
-    },
-    VerbsObject {
-        name: "channel",
-        c_type: "struct ibv_comp_channel",
-        lab_type: "CompletionChannel",
-        create: "ibv_create_comp_channel",
-        destroy: "ibv_destroy_comp_channel",
-        parents: &["context"],
-        optional_parents: &[],
-    },
-    VerbsObject {
-        name: "CQ",
-        c_type: "struct ibv_cq",
-        lab_type: "CompletionQueue",
-        create: "ibv_create_cq",
-        destroy: "ibv_destroy_cq",
-        parents: &["context"],
-        optional_parents: &["channel"],
     },
     VerbsObject {
         name: "MR",
@@ -98,6 +81,24 @@ pub const OBJECTS: &[VerbsObject] = &[
         destroy: "ibv_destroy_ah",
         parents: &["PD"],
         optional_parents: &[],
+    },
+    VerbsObject {
+        name: "channel",
+        c_type: "struct ibv_comp_channel",
+        lab_type: "CompletionChannel",
+        create: "ibv_create_comp_channel",
+        destroy: "ibv_destroy_comp_channel",
+        parents: &["context"],
+        optional_parents: &[],
+    },
+    VerbsObject {
+        name: "CQ",
+        c_type: "struct ibv_cq",
+        lab_type: "CompletionQueue",
+        create: "ibv_create_cq",
+        destroy: "ibv_destroy_cq",
+        parents: &["context"],
+        optional_parents: &["channel"],
     },
     VerbsObject {
         name: "QP",
