@@ -52,15 +52,8 @@ pub fn svg(dot: &str) -> Result<String> {
     Ok(String::from_utf8(o.stdout)?)
 }
 
-const STATES: [QpState; 7] = [
-    QpState::Reset,
-    QpState::Init,
-    QpState::Rtr,
-    QpState::Rts,
-    QpState::Sqd,
-    QpState::Sqe,
-    QpState::Err,
-];
+/// Every state (`c_enum!`'s table of `enum ibv_qp_state`).
+const STATES: &[QpState] = QpState::ALL;
 
 fn short_mask(m: lab::QpAttrMask) -> String {
     m.iter_names()
@@ -77,11 +70,11 @@ pub fn qp_states() -> String {
          fillcolor=\"#eef3fb\", fontname=\"Helvetica\"];\n  edge [fontname=\"Helvetica\", \
          fontsize=9];\n",
     );
-    for st in STATES {
+    for &st in STATES {
         let _ = writeln!(s, "  {} [label=\"{}\"];", st.short(), st.short());
     }
-    for from in STATES {
-        for to in STATES {
+    for &from in STATES {
+        for &to in STATES {
             let Some(t) = lab::transition(from, to) else {
                 continue;
             };
