@@ -11,9 +11,9 @@
 //! | `failures` | chapter 08's summary snapshot: each deliberate mistake and the status rxe gives |
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use lab::{QpState, tree};
@@ -32,27 +32,36 @@ pub fn render(repo: &Path, name: &str) -> Result<String> {
     svg(&dot).with_context(|| format!("diagram {name}"))
 }
 
-/// Runs `dot -Tsvg` on a graph.
+/// Runs `dot -Tsvg` on a graph, with a deadline (the graph goes through a file, so the one
+/// child-with-a-deadline helper, [`lab::process::Running`], can collect the output).
 pub fn svg(dot: &str) -> Result<String> {
-    let mut child = Command::new("dot")
-        .arg("-Tsvg")
-        .stdin(Stdio::piped())
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!("rxe-lab-book-{}-{n}.dot", std::process::id()));
+    std::fs::write(&file, dot).with_context(|| format!("writing {}", file.display()))?;
+    let mut cmd = Command::new("dot");
+    cmd.arg("-Tsvg")
+        .arg(&file)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(Stdio::piped());
+    let run = lab::process::Running::spawn(cmd);
+    let result = run
         .context(
-            "running Graphviz's dot (not installed?)\n  fix: scripts/setup.sh --dev \
+            "running Graphviz's dot (not installed?)\n  fix: scripts/setup.sh --book \
              (installs the graphviz package)",
-        )?;
-    child.stdin.take().unwrap().write_all(dot.as_bytes())?;
-    let o = child.wait_with_output()?;
-    if !o.status.success() {
-        bail!("dot failed: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Ok(String::from_utf8(o.stdout)?)
+        )
+        .and_then(|mut child| {
+            let (code, out, err) = child.finish(Instant::now() + Duration::from_secs(60));
+            if code != 0 {
+                bail!("dot failed (exit {code}; -1: killed after 60 s): {err}");
+            }
+            Ok(out)
+        });
+    let _ = std::fs::remove_file(&file);
+    result
 }
 
-/// Every state (`c_enum!`'s table of `enum ibv_qp_state`).
 const STATES: &[QpState] = QpState::ALL;
 
 fn short_mask(m: lab::QpAttrMask) -> String {

@@ -91,20 +91,21 @@ pub fn build(repo: &Path, out: &Path) -> Result<PathBuf> {
     let src = out.with_extension("src");
     generate(repo, &src)?;
     let mdbook = mdbook()?;
-    let o = Command::new(&mdbook)
-        .arg("build")
+    let mut cmd = Command::new(&mdbook);
+    cmd.arg("build")
         .arg(&src)
         .arg("-d")
         .arg(absolute(out)?)
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // The one child-with-a-deadline helper: a render takes about a second here.
+    let mut child = lab::process::Running::spawn(cmd)
         .with_context(|| format!("running {}", mdbook.display()))?;
-    if !o.status.success() {
-        bail!(
-            "mdbook build failed ({}):\n{}{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+    let (code, stdout, stderr) =
+        child.finish(std::time::Instant::now() + std::time::Duration::from_secs(300));
+    if code != 0 {
+        bail!("mdbook build failed (exit {code}; -1: killed after 300 s):\n{stdout}{stderr}");
     }
     Ok(src)
 }
