@@ -6,7 +6,10 @@
 //!  1. sets up the lab network and the rxe device (docs/conventions.md §2) and waits until the
 //!     RoCE v2 GID (`::ffff:a.b.c.d`) shows in the GID table, with a deadline;
 //!  2. serves the protocol of harness/src/proto.rs on the virtio-serial port named `lab.agent`:
-//!     runs commands, streams their output, reports exit statuses, answers `Ping` with `Ready`.
+//!     runs commands, streams their output, reports exit statuses, answers `Ping` with `Ready`;
+//!  3. passes requests of programs in the guest to the lab's owner on the host: a program
+//!     connects to the unix socket `$LAB_HOST` ([`HOST_SOCK`]), writes one line ("freeze a")
+//!     and reads `ok N` or `err N`, a newline, then N bytes of text (lab::host is the client).
 //!
 //! `lab-agent --stdio` serves the same protocol on stdin/stdout without any setup, so the
 //! host's tests exercise it without a VM.
@@ -26,11 +29,74 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::HashMap;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The guest's setup result: None while running, Some("") when ready, Some(error) if it failed.
 type SetupState = Arc<(Mutex<Option<String>>, Condvar)>;
+
+/// Where programs in the guest reach the lab's owner (exported to them as `LAB_HOST`).
+const HOST_SOCK: &str = "/run/lab-host.sock";
+
+/// Guest programs' requests to the host: the current connection's sink, and who waits for
+/// which answer.
+struct HostDesk {
+    sink: Mutex<Option<Sink>>,
+    pending: Mutex<HashMap<u32, UnixStream>>,
+    next: AtomicU32,
+}
+
+fn desk() -> &'static HostDesk {
+    static D: OnceLock<HostDesk> = OnceLock::new();
+    D.get_or_init(|| HostDesk {
+        sink: Mutex::new(None),
+        pending: Mutex::new(HashMap::new()),
+        next: AtomicU32::new(1),
+    })
+}
+
+fn answer(mut s: UnixStream, ok: bool, text: &str) {
+    let head = format!("{} {}\n", if ok { "ok" } else { "err" }, text.len());
+    let _ = s.write_all(head.as_bytes());
+    let _ = s.write_all(text.as_bytes());
+}
+
+/// Serves `HOST_SOCK`: each connection sends one line, which goes to the host as
+/// `Reply::Host`; the host's `Request::HostAnswer` is written back (see `serve`).
+fn serve_host_requests() -> Result<(), String> {
+    let _ = fs::remove_file(HOST_SOCK);
+    let l = UnixListener::bind(HOST_SOCK).map_err(|e| format!("binding {HOST_SOCK}: {e}"))?;
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut line = Vec::new();
+                let mut byte = [0u8; 1];
+                let mut r = &s;
+                while line.len() < 4096 {
+                    match r.read(&mut byte) {
+                        Ok(1) if byte[0] != b'\n' => line.push(byte[0]),
+                        _ => break,
+                    }
+                }
+                let line = String::from_utf8_lossy(&line).trim().to_string();
+                let d = desk();
+                let sink = d.sink.lock().unwrap().clone();
+                let (Some(sink), Ok(keep)) = (sink, s.try_clone()) else {
+                    answer(s, false, "the lab's host is not connected to this VM's agent");
+                    return;
+                };
+                let id = d.next.fetch_add(1, Ordering::Relaxed);
+                d.pending.lock().unwrap().insert(id, keep);
+                sink(Reply::Host { id, line });
+            });
+        }
+    });
+    Ok(())
+}
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
@@ -65,6 +131,7 @@ fn serve(
             let _ = proto::write_frame(&mut *w, &frame);
         }
     });
+    *desk().sink.lock().unwrap() = Some(sink.clone());
     let runner = Runner::new(sink.clone(), base_env);
     loop {
         let frame = match proto::read_frame(&mut input) {
@@ -100,6 +167,18 @@ fn serve(
             }
             Request::Kill { id } => runner.kill(id),
             Request::Stdin { id, data } => runner.stdin(id, data),
+            Request::HostAnswer { id, ok, text } => {
+                let waiting = desk().pending.lock().unwrap().remove(&id);
+                if let Some(s) = waiting {
+                    answer(s, ok, &text);
+                }
+            }
+            // The agent owns nothing a host request could act on.
+            Request::Host { id, .. } => sink(Reply::HostAnswer {
+                id,
+                ok: false,
+                text: "the VM's agent serves no host requests".into(),
+            }),
             Request::Ping => {
                 let setup = setup.clone();
                 let sink = sink.clone();
@@ -125,6 +204,10 @@ fn serve(
         }
     }
     runner.kill_all();
+    // The sink holds the port open: let it go with this connection (the port is opened again
+    // for the next one, and a virtio port opens only once at a time).
+    *desk().sink.lock().unwrap() = None;
+    desk().pending.lock().unwrap().clear();
     false
 }
 
@@ -167,6 +250,10 @@ fn guest() {
     ];
     if let Ok(node) = std::env::var("LAB_NODE") {
         base_env.push(("LAB_NODE".into(), node));
+    }
+    match serve_host_requests() {
+        Ok(()) => base_env.push(("LAB_HOST".into(), HOST_SOCK.into())),
+        Err(e) => eprintln!("lab-agent: requests to the host unavailable: {e}"),
     }
     let port = match find_port(Duration::from_secs(20)) {
         Ok(p) => p,

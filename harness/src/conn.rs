@@ -3,6 +3,11 @@
 //! A [`Conn`] owns one byte stream to an agent (the VM's virtio-serial socket, a `cargo lab up`
 //! daemon's relay socket, or a local [`Runner`](crate::runner::Runner) for the native provider)
 //! and multiplexes it: a reader thread routes each reply to the command it names.
+//!
+//! All clones of a `Conn` share one slot: [`Conn::replace`] points every clone at a new
+//! connection (a node restarted by `cargo lab fault restart` gets a new VM and agent, and the
+//! daemon's relays, the heartbeat and the tests carry on with it). A Conn can also serve
+//! requests to the lab's owner ([`Conn::serve_host`]) and send them ([`Conn::host_request`]).
 
 use crate::proto::{self, ExitStatus, Reply, Request, RunRequest};
 use crate::runner::Runner;
@@ -72,6 +77,9 @@ pub struct Output {
 
 type Route = Arc<Mutex<Box<dyn FnMut(Event) + Send>>>;
 
+/// Answers a request to the lab's owner ("kill b"): Ok(text) or Err(why).
+pub type HostHandler = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
 struct Routes {
     map: HashMap<u32, Route>,
     closed: Option<String>,
@@ -91,6 +99,10 @@ struct Inner {
     /// Every `Ready` seen (answers to pings: the heartbeat) and the last one's error.
     pongs: Mutex<(u64, String)>,
     next_id: AtomicU32,
+    /// Serves the other end's `Host` requests (the owner of a lab sets it).
+    host: Mutex<Option<HostHandler>>,
+    /// Our own `Host` requests waiting for their answer.
+    answers: Mutex<HashMap<u32, mpsc::Sender<(bool, String)>>>,
 }
 
 /// How long a write to the agent may block (a peer that stopped reading): past it the write
@@ -100,19 +112,18 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// One connection to an agent. Cheap to clone; all clones share the connection.
 #[derive(Clone)]
 pub struct Conn {
-    inner: Arc<Inner>,
+    slot: Arc<Mutex<Arc<Inner>>>,
+    name: Arc<str>,
 }
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn")
-            .field("name", &self.inner.name)
-            .finish()
+        f.debug_struct("Conn").field("name", &self.name).finish()
     }
 }
 
 impl Inner {
-    fn dispatch(&self, reply: Reply) {
+    fn dispatch(self: &Arc<Self>, reply: Reply) {
         let (id, ev) = match reply {
             Reply::Ready { error } => {
                 {
@@ -128,6 +139,36 @@ impl Inner {
             Reply::Stdout { id, data } => (id, Event::Stdout(data)),
             Reply::Stderr { id, data } => (id, Event::Stderr(data)),
             Reply::Exit { id, status } => (id, Event::Exit(status)),
+            Reply::Host { id, line } => {
+                // Served on a thread of its own: a restart takes seconds, and the reader
+                // thread must go on routing output meanwhile.
+                let handler = self.host.lock().unwrap().clone();
+                let me = Arc::downgrade(self);
+                std::thread::spawn(move || {
+                    let (ok, text) = match handler {
+                        Some(h) => match h(&line) {
+                            Ok(t) => (true, t),
+                            Err(e) => (false, e),
+                        },
+                        None => (
+                            false,
+                            "this lab's host serves no requests (a native lab has no VM to \
+                             freeze, kill or trace)"
+                                .to_string(),
+                        ),
+                    };
+                    if let Some(i) = me.upgrade() {
+                        let _ = i.send(&Request::HostAnswer { id, ok, text });
+                    }
+                });
+                return;
+            }
+            Reply::HostAnswer { id, ok, text } => {
+                if let Some(tx) = self.answers.lock().unwrap().remove(&id) {
+                    let _ = tx.send((ok, text));
+                }
+                return;
+            }
         };
         // Call the route outside the map's lock, so a slow consumer never blocks the other
         // commands (and a callback may itself use the connection).
@@ -162,7 +203,7 @@ impl Inner {
         self.ready_cv.notify_all();
     }
 
-    fn send(&self, req: &Request) -> io::Result<()> {
+    fn send(self: &Arc<Self>, req: &Request) -> io::Result<()> {
         match &self.transport {
             Transport::Stream(s) => {
                 let frame = req.encode();
@@ -178,6 +219,13 @@ impl Inner {
                         error: String::new(),
                     }),
                     Request::Shutdown => r.kill_all(),
+                    // A native lab: nothing to act on (no VM), and no agent asks.
+                    Request::Host { id, .. } => self.dispatch(Reply::HostAnswer {
+                        id: *id,
+                        ok: false,
+                        text: "a native lab has no VM to freeze, kill or trace".into(),
+                    }),
+                    Request::HostAnswer { .. } => {}
                 }
                 Ok(())
             }
@@ -196,6 +244,10 @@ impl Drop for Inner {
 }
 
 impl Conn {
+    fn inner(&self) -> Arc<Inner> {
+        self.slot.lock().unwrap().clone()
+    }
+
     /// Takes over a stream to an agent (or a relay) and starts its reader thread.
     pub fn new(stream: UnixStream, name: &str) -> io::Result<Conn> {
         let reader = stream.try_clone()?;
@@ -212,12 +264,17 @@ impl Conn {
             ready_cv: Condvar::new(),
             pongs: Mutex::new((0, String::new())),
             next_id: AtomicU32::new(1),
+            host: Mutex::new(None),
+            answers: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name(format!("lab-conn-{name}"))
             .spawn(move || reader_loop(reader, weak))?;
-        Ok(Conn { inner })
+        Ok(Conn {
+            slot: Arc::new(Mutex::new(inner)),
+            name: name.into(),
+        })
     }
 
     /// Runs commands on this host with the same protocol semantics (the native provider).
@@ -243,22 +300,28 @@ impl Conn {
                 ready_cv: Condvar::new(),
                 pongs: Mutex::new((0, String::new())),
                 next_id: AtomicU32::new(1),
+                host: Mutex::new(None),
+                answers: Mutex::new(HashMap::new()),
             }
         });
-        Conn { inner }
+        Conn {
+            slot: Arc::new(Mutex::new(inner)),
+            name: name.into(),
+        }
     }
 
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.name
     }
 
     /// Asks the agent whether the guest is set up and waits for the answer.
     pub fn wait_ready(&self, limit: Duration) -> anyhow::Result<()> {
-        self.inner
+        let inner = self.inner();
+        inner
             .send(&Request::Ping)
-            .map_err(|e| anyhow::anyhow!("{}: cannot reach the agent: {e}", self.inner.name))?;
+            .map_err(|e| anyhow::anyhow!("{}: cannot reach the agent: {e}", inner.name))?;
         let deadline = Instant::now() + limit;
-        let mut g = self.inner.ready.lock().unwrap();
+        let mut g = inner.ready.lock().unwrap();
         loop {
             if let Some(r) = g.clone() {
                 return r.map_err(anyhow::Error::msg);
@@ -267,43 +330,48 @@ impl Conn {
             if left.is_zero() {
                 anyhow::bail!(
                     "{}: no answer from the agent within {} s",
-                    self.inner.name,
+                    inner.name,
                     limit.as_secs()
                 );
             }
-            g = self.inner.ready_cv.wait_timeout(g, left).unwrap().0;
+            g = inner.ready_cv.wait_timeout(g, left).unwrap().0;
         }
     }
 
     /// Is the connection still open?
     pub fn is_alive(&self) -> bool {
-        self.inner.routes.lock().unwrap().closed.is_none()
+        let inner = self.inner();
+        inner.routes.lock().unwrap().closed.is_none()
     }
 
     /// Why the connection closed (`None` while open).
     pub fn closed_why(&self) -> Option<String> {
-        self.inner.routes.lock().unwrap().closed.clone()
+        let inner = self.inner();
+        inner.routes.lock().unwrap().closed.clone()
     }
 
     /// How many `Ready` replies arrived so far (each answers a ping) and the last one's error
     /// ("" = fine). With [`Conn::send_ping`], a heartbeat that never blocks.
     pub fn pongs(&self) -> (u64, String) {
-        self.inner.pongs.lock().unwrap().clone()
+        let inner = self.inner();
+        inner.pongs.lock().unwrap().clone()
     }
 
     /// Sends a ping without waiting for its answer (see [`Conn::pongs`]).
     pub fn send_ping(&self) -> anyhow::Result<()> {
-        self.inner
+        let inner = self.inner();
+        inner
             .send(&Request::Ping)
-            .map_err(|e| anyhow::anyhow!("{}: cannot reach the agent: {e}", self.inner.name))
+            .map_err(|e| anyhow::anyhow!("{}: cannot reach the agent: {e}", inner.name))
     }
 
     /// Pings and waits for an answer: is the other end alive and set up, now?
     pub fn ping(&self, limit: Duration) -> anyhow::Result<()> {
+        let inner = self.inner();
         let before = self.pongs().0;
         self.send_ping()?;
         let deadline = Instant::now() + limit;
-        let mut g = self.inner.pongs.lock().unwrap();
+        let mut g = inner.pongs.lock().unwrap();
         loop {
             if g.0 > before {
                 return if g.1.is_empty() {
@@ -313,23 +381,23 @@ impl Conn {
                 };
             }
             if let Some(why) = self.closed_why() {
-                anyhow::bail!("{}: connection lost: {why}", self.inner.name);
+                anyhow::bail!("{}: connection lost: {why}", inner.name);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 anyhow::bail!(
                     "{}: no answer to a ping within {} s",
-                    self.inner.name,
+                    inner.name,
                     limit.as_secs()
                 );
             }
             let wait = left.min(Duration::from_millis(200));
             drop(g);
             {
-                let r = self.inner.ready.lock().unwrap();
-                let _ = self.inner.ready_cv.wait_timeout(r, wait).unwrap();
+                let r = inner.ready.lock().unwrap();
+                let _ = inner.ready_cv.wait_timeout(r, wait).unwrap();
             }
-            g = self.inner.pongs.lock().unwrap();
+            g = inner.pongs.lock().unwrap();
         }
     }
 
@@ -340,11 +408,12 @@ impl Conn {
         cmd: &Cmd,
         on_event: impl FnMut(Event) + Send + 'static,
     ) -> anyhow::Result<u32> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let inner = self.inner();
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         {
-            let mut g = self.inner.routes.lock().unwrap();
+            let mut g = inner.routes.lock().unwrap();
             if let Some(why) = &g.closed {
-                anyhow::bail!("{}: connection lost: {why}", self.inner.name);
+                anyhow::bail!("{}: connection lost: {why}", inner.name);
             }
             g.map.insert(id, Arc::new(Mutex::new(Box::new(on_event))));
         }
@@ -356,9 +425,9 @@ impl Conn {
             timeout_ms: cmd.timeout.map(|t| t.as_millis() as u64).unwrap_or(0),
             stdin: cmd.stdin,
         });
-        if let Err(e) = self.inner.send(&req) {
-            self.inner.routes.lock().unwrap().map.remove(&id);
-            anyhow::bail!("{}: cannot send to the agent: {e}", self.inner.name);
+        if let Err(e) = inner.send(&req) {
+            inner.routes.lock().unwrap().map.remove(&id);
+            anyhow::bail!("{}: cannot send to the agent: {e}", inner.name);
         }
         Ok(id)
     }
@@ -366,23 +435,81 @@ impl Conn {
     /// Kills a command (its whole process group) by id.
     /// Input for a command spawned with `Cmd::stdin`; empty `data` closes its stdin.
     pub fn write_stdin(&self, id: u32, data: Vec<u8>) -> anyhow::Result<()> {
-        self.inner
+        let inner = self.inner();
+        inner
             .send(&Request::Stdin { id, data })
-            .map_err(|e| anyhow::anyhow!("{}: sending input: {e}", self.inner.name))
+            .map_err(|e| anyhow::anyhow!("{}: sending input: {e}", inner.name))
     }
 
     pub fn kill(&self, id: u32) {
-        let _ = self.inner.send(&Request::Kill { id });
+        let inner = self.inner();
+        let _ = inner.send(&Request::Kill { id });
     }
 
     /// Asks the other end to shut down (a daemon stops its lab; an agent powers the VM off).
     pub fn shutdown(&self) {
-        let _ = self.inner.send(&Request::Shutdown);
+        let inner = self.inner();
+        let _ = inner.send(&Request::Shutdown);
+    }
+
+    /// Points this connection, and every clone of it, at `other`'s (a restarted node's new
+    /// agent). Commands still running on the old connection are lost; a host handler set here
+    /// carries over.
+    pub fn replace(&self, other: &Conn) {
+        let new = other.inner();
+        let old = self.inner();
+        let h = old.host.lock().unwrap().clone();
+        if h.is_some() {
+            *new.host.lock().unwrap() = h;
+        }
+        *self.slot.lock().unwrap() = new;
+    }
+
+    /// Serves the other end's requests to the lab's owner with `handler` (the agent passes on
+    /// its guest programs' requests).
+    pub fn serve_host(&self, handler: HostHandler) {
+        *self.inner().host.lock().unwrap() = Some(handler);
+    }
+
+    /// Answers a request here, with this connection's handler (a daemon's relay serving its
+    /// client's `Host` request).
+    pub fn handle_host(&self, line: &str) -> Result<String, String> {
+        let h = self.inner().host.lock().unwrap().clone();
+        match h {
+            Some(h) => h(line),
+            None => Err("this lab's owner serves no requests".into()),
+        }
+    }
+
+    /// Sends a request to the lab's owner at the other end (a daemon) and waits for its answer.
+    pub fn host_request(&self, line: &str, limit: Duration) -> anyhow::Result<String> {
+        let inner = self.inner();
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        inner.answers.lock().unwrap().insert(id, tx);
+        inner
+            .send(&Request::Host {
+                id,
+                line: line.to_string(),
+            })
+            .map_err(|e| anyhow::anyhow!("{}: sending {line:?}: {e}", self.name))?;
+        let r = rx.recv_timeout(limit);
+        inner.answers.lock().unwrap().remove(&id);
+        match r {
+            Ok((true, text)) => Ok(text),
+            Ok((false, why)) => anyhow::bail!("{why}"),
+            Err(_) => anyhow::bail!(
+                "{}: no answer to {line:?} within {} s",
+                self.name,
+                limit.as_secs()
+            ),
+        }
     }
 
     /// Runs a command to completion, killing it if `limit` passes first (then the status is
     /// `TimedOut`).
     pub fn run(&self, cmd: &Cmd, limit: Duration) -> anyhow::Result<Output> {
+        let inner = self.inner();
         let (tx, rx) = mpsc::channel();
         let id = self.spawn(cmd, move |e| {
             let _ = tx.send(e);
@@ -408,13 +535,13 @@ impl Conn {
                     out.status = if killed { ExitStatus::TimedOut } else { s };
                     return Ok(out);
                 }
-                Ok(Event::Lost(why)) => anyhow::bail!("{}: {why}", self.inner.name),
+                Ok(Event::Lost(why)) => anyhow::bail!("{}: {why}", inner.name),
                 Err(mpsc::RecvTimeoutError::Timeout) if !killed => {
                     killed = true;
                     self.kill(id);
                 }
                 Err(_) => {
-                    anyhow::bail!("{}: command did not end even after a kill", self.inner.name);
+                    anyhow::bail!("{}: command did not end even after a kill", inner.name);
                 }
             }
         }

@@ -8,6 +8,12 @@
 // Stdin (bytes for a command started with `stdin`; empty = end of input).
 // Agent -> host: Ready, Stdout, Stderr, Exit. Several commands run at once; each reply names
 // the command's id. A command's stdin is closed unless its Run asked for it.
+//
+// Requests to the lab's owner (the process that runs the VMs), either way: `Host { id, line }`
+// asks for something only the host can do ("freeze a", "kill b", "restart b": see
+// testbed/owner.rs), and `HostAnswer { id, ok, text }` answers it. A program in the guest asks
+// through the agent (the agent's socket, `$LAB_HOST`); `cargo lab fault` asks a lab daemon
+// through its relay.
 
 use std::io::{self, Read, Write};
 
@@ -21,6 +27,8 @@ const T_KILL: u8 = 2;
 const T_PING: u8 = 3;
 const T_SHUTDOWN: u8 = 4;
 const T_STDIN: u8 = 5;
+const T_HOST: u8 = 6;
+const T_HOST_ANSWER: u8 = 7;
 const T_READY: u8 = 16;
 const T_STDOUT: u8 = 17;
 const T_STDERR: u8 = 18;
@@ -55,6 +63,17 @@ pub enum Request {
     },
     Ping,
     Shutdown,
+    /// A request to the lab's owner (from a client of a daemon).
+    Host {
+        id: u32,
+        line: String,
+    },
+    /// The owner's answer to a guest program's [`Reply::Host`].
+    HostAnswer {
+        id: u32,
+        ok: bool,
+        text: String,
+    },
 }
 
 /// How a command ended.
@@ -98,6 +117,32 @@ pub enum Reply {
         id: u32,
         status: ExitStatus,
     },
+    /// A guest program's request to the lab's owner.
+    Host {
+        id: u32,
+        line: String,
+    },
+    /// The owner's answer to a [`Request::Host`].
+    HostAnswer {
+        id: u32,
+        ok: bool,
+        text: String,
+    },
+}
+
+fn enc_host(tag: u8, id: u32, line: &str) -> Vec<u8> {
+    let mut e = Enc::new(tag);
+    e.u32(id);
+    e.bytes(line.as_bytes());
+    e.finish()
+}
+
+fn enc_answer(id: u32, ok: bool, text: &str) -> Vec<u8> {
+    let mut e = Enc::new(T_HOST_ANSWER);
+    e.u32(id);
+    e.u32(u32::from(ok));
+    e.bytes(text.as_bytes());
+    e.finish()
 }
 
 struct Enc(Vec<u8>);
@@ -190,6 +235,8 @@ impl Request {
             }
             Request::Ping => Enc::new(T_PING).finish(),
             Request::Shutdown => Enc::new(T_SHUTDOWN).finish(),
+            Request::Host { id, line } => enc_host(T_HOST, *id, line),
+            Request::HostAnswer { id, ok, text } => enc_answer(*id, *ok, text),
         }
     }
 
@@ -229,6 +276,15 @@ impl Request {
             T_KILL => Request::Kill { id: d.u32()? },
             T_PING => Request::Ping,
             T_SHUTDOWN => Request::Shutdown,
+            T_HOST => Request::Host {
+                id: d.u32()?,
+                line: d.string()?,
+            },
+            T_HOST_ANSWER => Request::HostAnswer {
+                id: d.u32()?,
+                ok: d.u32()? != 0,
+                text: d.string()?,
+            },
             t => return Err(bad(&format!("unknown request tag {t}"))),
         })
     }
@@ -276,6 +332,8 @@ impl Reply {
                 }
                 e.finish()
             }
+            Reply::Host { id, line } => enc_host(T_HOST, *id, line),
+            Reply::HostAnswer { id, ok, text } => enc_answer(*id, *ok, text),
         }
     }
 
@@ -302,6 +360,15 @@ impl Reply {
                 };
                 Reply::Exit { id, status }
             }
+            T_HOST => Reply::Host {
+                id: d.u32()?,
+                line: d.string()?,
+            },
+            T_HOST_ANSWER => Reply::HostAnswer {
+                id: d.u32()?,
+                ok: d.u32()? != 0,
+                text: d.string()?,
+            },
             t => return Err(bad(&format!("unknown reply tag {t}"))),
         })
     }
@@ -375,6 +442,24 @@ mod tests {
         });
         roundtrip_req(Request::Ping);
         roundtrip_req(Request::Shutdown);
+        roundtrip_req(Request::Host {
+            id: 4,
+            line: "kill b".into(),
+        });
+        roundtrip_req(Request::HostAnswer {
+            id: 5,
+            ok: false,
+            text: "no such node".into(),
+        });
+        roundtrip_reply(Reply::Host {
+            id: 6,
+            line: "freeze a".into(),
+        });
+        roundtrip_reply(Reply::HostAnswer {
+            id: 7,
+            ok: true,
+            text: "node a frozen\n".into(),
+        });
         roundtrip_reply(Reply::Ready {
             error: String::new(),
         });

@@ -4,7 +4,8 @@
 //! (the extracted vmlinux through its PVH entry when possible) + our initramfs; the host's root
 //! read-only over 9p; the agent on a virtio-serial port whose host end is a unix socket in the
 //! lab's state dir; the guest console in `console-<node>.log` there. Pair: two VMs whose NICs
-//! are UDP sockets on 127.0.0.1 aimed at each other.
+//! are `-netdev stream` clients of the [`Cable`], a relay in the process that owns the lab
+//! (lossless under load, and a node can be killed and restarted).
 //!
 //! Teardown: QEMU is started through `setpriv --pdeathsig KILL` from one thread that lives as
 //! long as the process, so QEMU dies with the process that started it even when nobody drops
@@ -14,6 +15,7 @@
 use crate::conn::Conn;
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
+use crate::wire::cable::Cable;
 use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
 use std::io::Read as _;
@@ -258,17 +260,6 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[from..].join("\n")
 }
 
-/// Free UDP ports on 127.0.0.1 (bound then released; QEMU binds them right after).
-pub fn free_udp_ports(n: usize) -> Result<Vec<u16>> {
-    let socks: Vec<std::net::UdpSocket> = (0..n)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()?;
-    Ok(socks
-        .iter()
-        .map(|s| s.local_addr().map(|a| a.port()).unwrap_or(0))
-        .collect())
-}
-
 /// Is KVM usable? `/dev/kvm` must open, and a short KVM boot of the lab kernel must reach the
 /// kernel's first console line (this host's kvm_pvm hangs instead). Cached per host kernel.
 pub fn probe_accel(kernel: &Kernel, image: &Path) -> Accel {
@@ -401,14 +392,29 @@ pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
 
 /// Per-VM network: the pair's wire.
 #[derive(Debug, Clone)]
-struct Wire {
+pub struct Wire {
     mac: &'static str,
-    local: u16,
-    peer: u16,
+    /// The [`Cable`]'s socket for this node.
+    sock: PathBuf,
     pcap: Option<PathBuf>,
 }
 
-fn start_one(
+impl Wire {
+    /// Node `n`'s NIC on `cable` (its MAC is fixed: the guest finds its netdev by it).
+    pub fn of(cable: &Cable, n: Node, pcap: Option<PathBuf>) -> Wire {
+        Wire {
+            mac: match n {
+                Node::A => "52:54:00:00:00:0a",
+                Node::B => "52:54:00:00:00:0b",
+            },
+            sock: cable.sock(n).to_path_buf(),
+            pcap,
+        }
+    }
+}
+
+/// Starts one VM (no wait): `node` None is the loopback VM.
+pub fn start_one(
     plan: &BootPlan,
     dir: &Path,
     node: Option<Node>,
@@ -492,9 +498,10 @@ fn start_one(
     .arg("-qmp")
     .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()));
     if let Some(w) = &wire {
+        // A stream, not a datagram socket: see wire/cable.rs for why (no loss under load).
         cmd.arg("-netdev").arg(format!(
-            "socket,id=n0,udp=127.0.0.1:{},localaddr=127.0.0.1:{}",
-            w.peer, w.local
+            "stream,id=n0,server=off,addr.type=unix,addr.path={}",
+            w.sock.display()
         ));
         cmd.arg("-device")
             .arg(format!("virtio-net-pci,netdev=n0,mac={}", w.mac));
@@ -555,14 +562,13 @@ pub fn connect(vm: &Vm, deadline: Instant) -> Result<Conn> {
     }
 }
 
+/// What [`boot`] brings up: each VM with its agent's connection, and the pair's cable.
+pub type Booted = (Vec<(Vm, Conn)>, Option<Cable>);
+
 /// Boots the VMs of a topology in `dir` and connects to their agents.
-pub fn boot(
-    topology: Topology,
-    opts: &VmOptions,
-    plan: &BootPlan,
-    dir: &Path,
-) -> Result<Vec<(Vm, Conn)>> {
+pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -> Result<Booted> {
     let deadline = Instant::now() + opts.boot_timeout;
+    let mut cable = None;
     let vms = match topology {
         Topology::Loopback => vec![start_one(
             plan,
@@ -573,19 +579,14 @@ pub fn boot(
             None,
         )?],
         Topology::Pair => {
-            let p = free_udp_ports(2)?;
+            let c = Cable::start(dir)?;
             let a = start_one(
                 plan,
                 dir,
                 Some(Node::A),
                 1,
                 opts.mem_mb,
-                Some(Wire {
-                    mac: "52:54:00:00:00:0a",
-                    local: p[0],
-                    peer: p[1],
-                    pcap: opts.pcap.clone(),
-                }),
+                Some(Wire::of(&c, Node::A, opts.pcap.clone())),
             )?;
             let b = start_one(
                 plan,
@@ -593,13 +594,9 @@ pub fn boot(
                 Some(Node::B),
                 1,
                 opts.mem_mb,
-                Some(Wire {
-                    mac: "52:54:00:00:00:0b",
-                    local: p[1],
-                    peer: p[0],
-                    pcap: None,
-                }),
+                Some(Wire::of(&c, Node::B, None)),
             )?;
+            cable = Some(c);
             vec![a, b]
         }
     };
@@ -619,5 +616,5 @@ pub fn boot(
     if out.is_empty() {
         bail!("no VM started");
     }
-    Ok(out)
+    Ok((out, cable))
 }

@@ -195,14 +195,15 @@ enum Sub {
     /// 10ms±2ms`, `duplicate 1%`, `reorder 25%`, `corrupt 1%` (tc netem in the guest, behind a
     /// prio qdisc and a u32 filter). `partition` loses everything the node(s) send (`-n a`:
     /// only a -> b), `heal` ends it; `freeze NODE` / `thaw NODE` stop and resume a VM (QEMU's
-    /// monitor); `status` shows what is active; `clear` undoes everything (so does `cargo lab
-    /// down`). With `-- CMD`, the faults last while CMD runs on `--on` (default a), then are
+    /// monitor); `kill NODE` ends a VM (its QEMU process dies, the lab stays up) and `restart
+    /// NODE` boots a fresh one on the same wire; `status` shows what is active; `clear` undoes
+    /// everything, restarting a killed node (so does `cargo lab down`). With `-- CMD`, the faults last while CMD runs on `--on` (default a), then are
     /// cleared, Ctrl-C included.
     Fault {
-        /// loss, delay, duplicate, reorder, corrupt, partition, heal, freeze, thaw, clear,
-        /// status.
+        /// loss, delay, duplicate, reorder, corrupt, partition, heal, freeze, thaw, kill,
+        /// restart, clear, status.
         action: String,
-        /// The amount (5%, 10ms±2ms), or the node for freeze/thaw.
+        /// The amount (5%, 10ms±2ms), or the node for freeze/thaw/kill/restart.
         value: Option<String>,
         /// The node whose outgoing packets are impaired (default both).
         #[arg(long, short)]

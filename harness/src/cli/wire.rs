@@ -125,6 +125,22 @@ pub(super) fn fault(
                 return Ok(0);
             }
         }
+        "kill" | "restart" => {
+            let n = need_node(action)?;
+            if !cmd.is_empty() {
+                bail!("`cargo lab fault {action}` takes no `-- CMD`");
+            }
+            // The daemon owns the VMs: it kills or boots one, and keeps the lab up meanwhile.
+            let lab = Testbed::attach(Topology::Pair, &dir)?;
+            println!("{}", lab.host(&format!("{action} {}", n.name()))?);
+            if action == "kill" {
+                println!(
+                    "(`cargo lab fault restart {}` boots it again; so does `cargo lab fault clear`)",
+                    n.name()
+                );
+            }
+            return Ok(0);
+        }
         "clear" => {
             for n in f::thaw_all(&dir)? {
                 println!("node {} thawed", n.name());
@@ -203,13 +219,9 @@ pub(super) fn fault(
             }
             return Ok(0);
         }
-        "kill" | "restart" => bail!(
-            "`cargo lab fault {action}` is not available yet: the lab daemon ends the whole lab \
-             when one of its VMs dies; `cargo lab down` then `cargo lab up -t pair` restarts it"
-        ),
         other => bail!(
             "unknown fault {other:?}: loss, delay, duplicate, reorder, corrupt, partition, heal, \
-             freeze, thaw, clear, status (`cargo lab fault --help`)"
+             freeze, thaw, kill, restart, clear, status (`cargo lab fault --help`)"
         ),
     }
     if cmd.is_empty() {

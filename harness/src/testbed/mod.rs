@@ -23,8 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod native;
+mod owner;
 mod relay;
 pub use native::*;
+use owner::Owner;
+pub use owner::{generation, killed_marker};
 use relay::relay;
 
 /// Which provider a lab uses.
@@ -49,8 +52,8 @@ pub struct Testbed {
     pub topology: Topology,
     pub provider: Provider,
     pub nodes: Vec<LabNode>,
-    /// The VMs, when this process started them.
-    vms: Vec<Vm>,
+    /// The VMs, when this process started them (and what it takes to restart one).
+    owner: Option<Arc<Owner>>,
     /// The state dir (sockets, console logs); removed on drop when owned.
     pub dir: Option<PathBuf>,
     owned_dir: bool,
@@ -90,7 +93,15 @@ impl Heartbeat {
         lab.check()?;
         let now = Instant::now();
         for (n, hb) in lab.nodes.iter().zip(self.nodes.iter_mut()) {
+            if lab.killed_on_purpose(n.node) {
+                *hb = (n.conn.pongs().0, now, None);
+                continue;
+            }
             let (count, err) = n.conn.pongs();
+            // A restarted node's connection counts from zero again.
+            if count < hb.0 {
+                *hb = (count, now, None);
+            }
             if count > hb.0 {
                 hb.0 = count;
                 hb.1 = now;
@@ -122,8 +133,10 @@ impl Heartbeat {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        for v in &self.vms {
-            v.kill();
+        if let Some(o) = &self.owner {
+            for v in o.vms.lock().unwrap().iter() {
+                v.kill();
+            }
         }
         if self.owned_dir
             && let Some(d) = &self.dir
@@ -214,7 +227,7 @@ impl Testbed {
             topology,
             provider: Provider::Native,
             nodes,
-            vms: vec![],
+            owner: None,
             dir: None,
             owned_dir: false,
             origin: "native rxe on this host".into(),
@@ -275,6 +288,7 @@ impl Testbed {
                 }
             }
         };
+        let (booted, cable) = booted;
         let mut nodes = vec![];
         let mut vms = vec![];
         for (v, c) in booted {
@@ -285,11 +299,30 @@ impl Testbed {
             });
             vms.push(v);
         }
+        let owner = Arc::new(Owner {
+            dir: dir.clone(),
+            topology,
+            plan: plan.clone(),
+            opts: opts.clone(),
+            vms: Mutex::new(vms),
+            cable,
+            conns: nodes.iter().map(|n| (n.node, n.conn.clone())).collect(),
+            busy: Mutex::new(()),
+        });
+        // The agents pass their guest programs' requests here ("freeze a", "kill b" ...).
+        for n in &nodes {
+            let w = Arc::downgrade(&owner);
+            n.conn
+                .serve_host(Arc::new(move |line: &str| match w.upgrade() {
+                    Some(o) => o.handle(line),
+                    None => Err("the lab is shutting down".into()),
+                }));
+        }
         Ok(Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
-            vms,
+            owner: Some(owner),
             dir: Some(dir),
             owned_dir: owned,
             origin: format!(
@@ -323,7 +356,7 @@ impl Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
-            vms: vec![],
+            owner: None,
             dir: Some(dir.to_path_buf()),
             owned_dir: false,
             origin: format!("attached to the lab in {}", dir.display()),
@@ -438,11 +471,21 @@ impl Testbed {
     /// started still running, the daemon of an attached lab still the same live process.
     pub fn check(&self) -> Result<()> {
         for n in &self.nodes {
+            if self.killed_on_purpose(n.node) {
+                continue;
+            }
             if let Some(why) = n.conn.closed_why() {
                 bail!("node {}: {why}", node_tag(n.node));
             }
         }
-        for v in &self.vms {
+        let vms = match &self.owner {
+            Some(o) => o.vms.lock().unwrap(),
+            None => return self.check_daemon(),
+        };
+        for v in vms.iter() {
+            if self.killed_on_purpose(v.node) {
+                continue;
+            }
             if let Some(st) = v.exited() {
                 bail!(
                     "qemu of node {} (pid {}) exited: {st}",
@@ -451,6 +494,33 @@ impl Testbed {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Is node `n` down because someone asked (`kill`, until its `restart`)?
+    pub fn killed_on_purpose(&self, n: Node) -> bool {
+        self.dir
+            .as_ref()
+            .is_some_and(|d| killed_marker(d, n).exists())
+    }
+
+    /// A request to the lab's owner ("freeze a", "kill b", "restart b", "status"): served here
+    /// when this process runs the VMs, else by the daemon that does.
+    pub fn host(&self, line: &str) -> Result<String> {
+        match &self.owner {
+            Some(o) => o.handle(line).map_err(anyhow::Error::msg),
+            None if self.daemon_pid.is_some() => self.nodes[0]
+                .conn
+                .host_request(line, Duration::from_secs(180)),
+            None => bail!(
+                "{line:?} needs the microVM lab: a native lab has no VM to freeze, kill or \
+                 restart (`LAB_PROVIDER=vm`)"
+            ),
+        }
+    }
+
+    /// The attached lab's daemon: still the same live process?
+    fn check_daemon(&self) -> Result<()> {
         if let (Some(pid), Some(dir)) = (self.daemon_pid, &self.dir) {
             if !vm::pid_alive(pid) {
                 bail!("the lab daemon (pid {pid}) is gone");
@@ -550,7 +620,10 @@ impl Testbed {
 
     /// The QEMU processes (pids) this lab owns.
     pub fn vm_pids(&self) -> Vec<u32> {
-        self.vms.iter().map(|v| v.pid()).collect()
+        match &self.owner {
+            Some(o) => o.vms.lock().unwrap().iter().map(|v| v.pid()).collect(),
+            None => vec![],
+        }
     }
 
     /// Serves this lab to other processes: a relay socket per node (`node-<x>.sock` in the
@@ -567,11 +640,13 @@ impl Testbed {
                 UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
             let conn = n.conn.clone();
             let stop = stop.clone();
+            let killed = killed_marker(&dir, n.node);
             std::thread::spawn(move || {
                 for s in listener.incoming().flatten() {
                     let conn = conn.clone();
                     let stop = stop.clone();
-                    std::thread::spawn(move || relay(s, conn, stop));
+                    let killed = killed.clone();
+                    std::thread::spawn(move || relay(s, conn, stop, killed));
                 }
             });
         }

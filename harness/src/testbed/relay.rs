@@ -5,7 +5,15 @@ use super::*;
 
 /// One client of the daemon: its commands run on `conn` under fresh ids; replies come back
 /// under the client's ids; its commands are killed when it disconnects.
-pub(super) fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std::sync::Condvar)>) {
+///
+/// `killed` is the node's on-purpose-kill marker (see owner.rs): while it exists, a ping is
+/// answered at once (the node is down because someone asked, not because the lab broke).
+pub(super) fn relay(
+    client: UnixStream,
+    conn: Conn,
+    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    killed: PathBuf,
+) {
     let Ok(writer) = client.try_clone() else {
         return;
     };
@@ -24,6 +32,24 @@ pub(super) fn relay(client: UnixStream, conn: Conn, stop: Arc<(Mutex<bool>, std:
             break;
         };
         match req {
+            Request::Host { id, line } => {
+                let w = writer.clone();
+                let conn = conn.clone();
+                std::thread::spawn(move || {
+                    let (ok, text) = match conn.handle_host(&line) {
+                        Ok(t) => (true, t),
+                        Err(e) => (false, e),
+                    };
+                    send(&w, Reply::HostAnswer { id, ok, text });
+                });
+            }
+            Request::HostAnswer { .. } => {}
+            Request::Ping if killed.exists() => send(
+                &writer,
+                Reply::Ready {
+                    error: String::new(),
+                },
+            ),
             Request::Ping => {
                 // End to end: the answer says the agent in the VM answered, not just us.
                 let w = writer.clone();

@@ -312,10 +312,14 @@ pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
     Ok(!qmp(dir, node)?.running()?)
 }
 
-/// Thaws every frozen node of the pair in `dir`; returns the nodes it thawed.
+/// Thaws every frozen node of the pair in `dir`; returns the nodes it thawed. (A node killed
+/// on purpose has no monitor until its restart.)
 pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
     let mut out = vec![];
     for n in [Node::A, Node::B] {
+        if crate::testbed::killed_marker(dir, n).exists() {
+            continue;
+        }
         if frozen(dir, n)? {
             thaw(dir, n)?;
             out.push(n);
@@ -326,7 +330,14 @@ pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
 
 /// Undoes everything: thaws both nodes, removes every qdisc, forgets the record.
 pub fn clear(lab: &Testbed) -> Result<()> {
-    thaw_all(&lab_dir(lab)?)?;
+    let dir = lab_dir(lab)?;
+    // A node killed on purpose comes back first (its qdiscs went with it).
+    for n in [Node::A, Node::B] {
+        if crate::testbed::killed_marker(&dir, n).exists() {
+            lab.host(&format!("restart {}", n.name()))?;
+        }
+    }
+    thaw_all(&dir)?;
     apply(lab, &Faults::default(), &[Node::A, Node::B])
 }
 
@@ -336,6 +347,14 @@ pub fn status(lab: &Testbed) -> Result<Vec<String>> {
     let mut out = vec![];
     let dir = lab_dir(lab)?;
     for n in [Node::A, Node::B] {
+        if crate::testbed::killed_marker(&dir, n).exists() {
+            out.push(format!(
+                "node {}: killed (`cargo lab fault restart {}`, or `clear`)",
+                n.name(),
+                n.name()
+            ));
+            continue;
+        }
         if frozen(&dir, n)? {
             out.push(format!(
                 "node {}: frozen (its qdiscs cannot be read)",
