@@ -87,6 +87,7 @@ pub mod device;
 pub mod error;
 pub mod exchange;
 mod flags;
+pub mod host;
 pub mod mr;
 pub mod mw;
 pub mod pd;

@@ -20,7 +20,16 @@
 //! (5%: the ICRC drops the damaged packet, a resend repairs it), `total-loss` (100%: the
 //! retry budget runs out: RETRY_EXC_ERR, computed budget and measured time), `retry-forever`
 //! (retry_cnt 7 on rxe never gives up: shown with a deadline, then the wire heals),
-//! `rnr` (a slow receiver against min_rnr_timer) and `rnr-exceeded` (rnr_retry 1).
+//! `rnr` (a slow receiver against min_rnr_timer), `rnr-exceeded` (rnr_retry 1),
+//! `frozen-peer` (node a's VM stopped, then resumed within the retry budget: the connection
+//! survives; resumed too late: it does not, though the message still arrives) and
+//! `killed-peer` (node a's VM killed: the survivor's error, then, once the node is back, the
+//! reconnect: ERR -> RESET -> INIT -> RTR -> RTS with a fresh exchange).
+//!
+//! Each case also shows its wire: the client asks the lab's host (`lab::host`) to record the
+//! cable between the two VMs, and prints what the recording proves (a NAK, a resend, an RNR
+//! NAK with its timer) or, where it is short and the same every run, the packets themselves.
+//! The host also freezes, kills and restarts node a for the last two cases.
 //!
 //! Run it: `cargo lab run 13` (the pair: server on node a, client on node b; it needs two
 //! kernels on a wire: in one VM rxe loops its packets back without ever reaching a qdisc).
@@ -39,7 +48,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod netem;
+mod wire;
 use netem::Netem;
+use wire::host;
 
 /// Round trips of the impaired ping-pong cases, and the size of each message: 4096 bytes at
 /// path MTU 1024 is four packets, so a lost packet is often in the middle of a message.
@@ -84,9 +95,14 @@ enum CaseArg {
     RetryForever,
     Rnr,
     RnrExceeded,
+    FrozenPeer,
+    KilledPeer,
+    /// Not a case of its own: what the client asks a restarted server for after killed-peer.
+    #[value(skip)]
+    Reconnect,
 }
 
-const ALL: [CaseArg; 8] = [
+const ALL: [CaseArg; 10] = [
     CaseArg::Loss,
     CaseArg::Duplicate,
     CaseArg::Reorder,
@@ -95,6 +111,8 @@ const ALL: [CaseArg; 8] = [
     CaseArg::RetryForever,
     CaseArg::Rnr,
     CaseArg::RnrExceeded,
+    CaseArg::FrozenPeer,
+    CaseArg::KilledPeer,
 ];
 
 impl CaseArg {
@@ -109,11 +127,16 @@ impl CaseArg {
             CaseArg::RetryForever => "retry-forever",
             CaseArg::Rnr => "rnr",
             CaseArg::RnrExceeded => "rnr-exceeded",
+            CaseArg::FrozenPeer => "frozen-peer",
+            CaseArg::KilledPeer => "killed-peer",
+            CaseArg::Reconnect => "reconnect",
         }
     }
 
     fn from_name(s: &str) -> Option<CaseArg> {
-        ALL.into_iter().find(|c| c.name() == s)
+        ALL.into_iter()
+            .chain([CaseArg::Reconnect])
+            .find(|c| c.name() == s)
     }
 
     /// The netem parameters of the ping-pong cases.
@@ -140,6 +163,10 @@ impl CaseArg {
             // min_rnr_timer 20: 10.24 ms between a sender's tries; rnr_retry 7 = forever.
             CaseArg::Rnr => (rts.rnr_retry(7), 20),
             CaseArg::RnrExceeded => (rts.rnr_retry(1), 20),
+            // timeout 16: 4.096 us x 2^16 = 268 ms per try, 4 tries: about 1.07 s in all, long
+            // enough to freeze a VM and resume it well within.
+            CaseArg::FrozenPeer => (rts.timeout(16).retry_cnt(3), lab::qp::DEFAULT_MIN_RNR_TIMER),
+            CaseArg::KilledPeer => (rts.timeout(12).retry_cnt(3), lab::qp::DEFAULT_MIN_RNR_TIMER),
             // The impaired ping-pongs: every NAK and every timeout costs one of a message's
             // tries; with the default 6 a message now and then ran out on a loaded host (an
             // emulated CPU under load is slow to ACK). retry_cnt 7 is rxe's "no limit": these
@@ -330,10 +357,19 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         let before = netem::counters(&dev);
         println!("step {}: case {}", i + 2, case.name());
         match case {
-            CaseArg::TotalLoss => total_loss(&l)?,
-            CaseArg::RetryForever => retry_forever(&l)?,
-            CaseArg::Rnr | CaseArg::RnrExceeded => rnr_client(*case, &l)?,
-            _ => pingpong_client(*case, &l)?,
+            // These two record the wire themselves, around the moments that matter.
+            CaseArg::FrozenPeer => frozen_peer(&l, &mut oob, t)?,
+            CaseArg::KilledPeer => oob = killed_peer(&n, l, &mut oob, host, o.port, t)?,
+            _ => {
+                wire::start()?;
+                match case {
+                    CaseArg::TotalLoss => total_loss(&l)?,
+                    CaseArg::RetryForever => retry_forever(&l)?,
+                    CaseArg::Rnr | CaseArg::RnrExceeded => rnr_client(*case, &l)?,
+                    _ => pingpong_client(*case, &l)?,
+                }
+                show_wire(*case, &wire::stop()?);
+            }
         }
         let watch: &[&str] = match case {
             CaseArg::Loss | CaseArg::Reorder => &["rcvd_seq_err"],
@@ -355,6 +391,172 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         cases.len() + 2
     );
     Ok(())
+}
+
+/// What the recording of a case shows: verdicts where the packets vary from run to run (which
+/// one was lost), the packets themselves where they are few and always the same.
+fn show_wire(case: CaseArg, w: &wire::Ladder) {
+    match case {
+        CaseArg::Loss | CaseArg::Reorder => println!(
+            "  on the wire: a NAK psn-sequence-error from node a: {}; a PSN node b sent again \
+             (go-back-N): {}",
+            yes(w.a_said("NAK psn-sequence-error") > 0),
+            yes(w.resent_by_b() > 0)
+        ),
+        CaseArg::Duplicate => println!(
+            "  on the wire: a PSN node b sent twice (netem's copies): {}",
+            yes(w.resent_by_b() > 0)
+        ),
+        CaseArg::Corrupt => println!(
+            "  on the wire: a PSN node b sent again (node a dropped the damaged copy and \
+             answered nothing; the ack timeout resent it): {}",
+            yes(w.resent_by_b() > 0)
+        ),
+        CaseArg::TotalLoss => println!(
+            "  on the wire: {} packets from node b (netem drops them inside node b, before its \
+             NIC: a lost packet is one that never arrives)",
+            w.from_b()
+        ),
+        CaseArg::RetryForever => w.print(
+            "the loss took every try off the wire; once it healed, the next try and its ACK",
+        ),
+        CaseArg::Rnr => println!(
+            "  on the wire: RNR NAKs from node a with its timer 20 (10.24 ms): {}; then an ACK: {}",
+            yes(w.a_said("RNR_NAK timer=20") > 0),
+            yes(w.a_said(" ACK ") > 0)
+        ),
+        CaseArg::RnrExceeded => w.print("the SEND, an RNR NAK, the one retry, another RNR NAK"),
+        _ => {}
+    }
+}
+
+/// Node a is frozen (its VM stopped) twice while our SEND waits for its ACK: thawed within
+/// the retry budget, and thawed after it.
+fn frozen_peer(l: &Link, oob: &mut OobStream, t: Duration) -> Result<()> {
+    let per_try_ms = 4.096 * f64::from(1u32 << 16) / 1000.0;
+    let budget_ms = per_try_ms * 4.0;
+    println!(
+        "  timeout 16, retry_cnt 3: each try waits 4.096 us x 2^16 = {per_try_ms:.1} ms; \
+         budget {budget_ms:.1} ms"
+    );
+    oob.expect_line("posted", t)
+        .or_fail("the server did not post its receives")?;
+    // 1. Frozen for a quarter of the budget. A frozen VM runs nothing: its rxe neither
+    // receives nor answers, and its clock stands still. What we send waits on the wire.
+    host("freeze a")?;
+    println!("  node a frozen: QEMU stopped its vCPUs (it hears nothing and says nothing)");
+    l.qp.post_send_one(SendWr::send(1, &[l.mr.sge(..64)]).signaled(true))
+        .or_fail("cannot post the first SEND")?;
+    std::thread::sleep(Duration::from_millis(300));
+    host("thaw a")?;
+    let wc = must(&l.cq, "the first SEND")?;
+    println!(
+        "  thawed after 300 ms, within the budget: the SEND completes with {}; the QP is {}",
+        wc.status,
+        l.qp.state().or_fail("cannot query the QP")?
+    );
+    expect(wc.is_success(), || {
+        format!("expected success, got {}", wc.status)
+    })?;
+    // 2. Frozen until our budget has run out.
+    wire::start()?;
+    host("freeze a")?;
+    println!("  node a frozen again, this time until our budget has run out");
+    let t0 = Instant::now();
+    l.qp.post_send_one(SendWr::send(2, &[l.mr.sge(..64)]).signaled(true))
+        .or_fail("cannot post the second SEND")?;
+    let wc = wait(&l.cq, Duration::from_secs(20), "the second SEND")?
+        .ok_or_else(|| Failure("no completion for the second SEND within 20 s".into()))?;
+    let took = t0.elapsed();
+    let w = wire::stop()?;
+    host("thaw a")?;
+    println!(
+        "  the SEND completes with {} after elapsed={:.1}ms, node a still frozen; the QP is {}",
+        wc.status,
+        took.as_secs_f64() * 1000.0,
+        l.qp.state().or_fail("cannot query the QP")?
+    );
+    w.print("while node a was frozen: one SEND, sent retry_cnt + 1 = 4 times, never answered");
+    println!("  node a thawed; the server reports what reached it");
+    expect(wc.status == WcStatus::RetryExcErr, || {
+        format!("expected IBV_WC_RETRY_EXC_ERR, got {}", wc.status)
+    })
+}
+
+/// Node a is killed while our SEND waits; once the host has restarted it (and the harness the
+/// server in it), we reconnect the same QP: ERR -> RESET -> INIT -> RTR -> RTS, with a fresh
+/// exchange over a new TCP connection. Returns that connection.
+fn killed_peer(
+    n: &Node,
+    l: Link,
+    oob: &mut OobStream,
+    server: &str,
+    port: u16,
+    t: Duration,
+) -> Result<OobStream> {
+    println!("  timeout 12, retry_cnt 3: budget 4 x 4.096 us x 2^12 = 67.1 ms");
+    oob.expect_line("posted", t)
+        .or_fail("the server did not post its receive")?;
+    wire::start()?;
+    host("kill a")?;
+    println!("  node a killed: its VM is gone, with the server, its QP and its TCP socket");
+    l.qp.post_send_one(SendWr::send(1, &[l.mr.sge(..64)]).signaled(true))
+        .or_fail("cannot post the SEND")?;
+    let wc = must(&l.cq, "the SEND to a dead node")?;
+    let w = wire::stop()?;
+    println!(
+        "  the SEND completes with {}; the QP is {}",
+        wc.status,
+        l.qp.state().or_fail("cannot query the QP")?
+    );
+    expect(wc.status == WcStatus::RetryExcErr, || {
+        format!("expected IBV_WC_RETRY_EXC_ERR, got {}", wc.status)
+    })?;
+    w.print("one SEND, sent retry_cnt + 1 = 4 times to a node that is not there");
+    // The node comes back as a fresh VM: nothing of the old server survives, not its QP
+    // number, not its PSNs. The harness starts the server role in it again.
+    host("restart a")?;
+    println!("  node a restarted (a fresh VM); the server starts again there");
+    let mut fresh = OobStream::connect(server, port, t).or_fail("cannot reach the new server")?;
+    println!("  connected again over TCP to the new server");
+    fresh
+        .send_line(&format!("case {}", CaseArg::Reconnect.name()), t)
+        .or_fail("cannot tell the new server the case")?;
+    // Our QP is in ERR: RESET empties it, and from there it can go to a new peer.
+    let qp =
+        l.qp.reset()
+            .map_err(|e| Failure(format!("ERR -> RESET: {e}")))?;
+    println!("  our QP: ERR -> RESET (its queues emptied)");
+    let psn = 0x00c100;
+    let me = Endpoint {
+        name: "client".into(),
+        lid: 0,
+        qpn: qp.qp_num(),
+        psn,
+        gid: n.gid.raw(),
+        regions: vec![],
+    };
+    fresh.send_msg(&me, t).or_fail("cannot send our endpoint")?;
+    let peer = fresh
+        .recv_msg(t)
+        .or_fail("cannot receive the new server's endpoint")?;
+    let rtr = RtrAttr::new(peer.qpn, peer.psn, Gid(peer.gid));
+    let qp = qp
+        .bring_up(&InitAttr::default(), &rtr, &RtsAttr::new(psn))
+        .or_fail("cannot bring the QP up again")?;
+    println!("  RESET -> INIT -> RTR -> RTS toward the new server's QP (a fresh exchange)");
+    fresh
+        .expect_line("posted", t)
+        .or_fail("the new server did not post its receive")?;
+    qp.post_send_one(SendWr::send(2, &[l.mr.sge(..64)]).signaled(true))
+        .or_fail("cannot post the SEND")?;
+    let wc = must(&l.cq, "the SEND on the reconnected QP")?;
+    println!(
+        "  a SEND on the reconnected QP completes with {}",
+        wc.status
+    );
+    expect(wc.is_success(), || format!("{}", wc.status))?;
+    Ok(fresh)
 }
 
 /// ROUNDS round trips of 4 KiB under netem: every message must come back intact, in order.
@@ -524,6 +726,41 @@ fn server(o: &Opts) -> Result<()> {
                 l.qp.post_recv_one(RecvWr::new(1, &[l.mr.sge(..MSG)]))
                     .or_fail("cannot post a receive")?;
                 println!("  one receive posted; nothing reaches it");
+            }
+            CaseArg::FrozenPeer => {
+                for id in 1..=2 {
+                    l.qp.post_recv_one(RecvWr::new(id, &[l.mr.sge(..MSG)]))
+                        .or_fail("cannot post a receive")?;
+                }
+                println!("  two receives posted; this node will be frozen twice");
+                oob.send_line("posted", t)
+                    .or_fail("cannot tell the client")?;
+                // Whatever was sent to us while we were frozen waited on the wire, and came in
+                // when we were thawed: both SENDs, the second after the client gave up on it.
+                for id in 1..=2 {
+                    let wc = must(&l.cq, "a SEND sent while we were frozen")?;
+                    println!("  receive {id} completes with {}", wc.status);
+                }
+                println!(
+                    "  so the second SEND did arrive: the client's error said only that no ACK \
+                     came in time"
+                );
+            }
+            CaseArg::KilledPeer => {
+                l.qp.post_recv_one(RecvWr::new(1, &[l.mr.sge(..MSG)]))
+                    .or_fail("cannot post a receive")?;
+                println!("  one receive posted; this node is about to be killed");
+                oob.send_line("posted", t)
+                    .or_fail("cannot tell the client")?;
+            }
+            CaseArg::Reconnect => {
+                l.qp.post_recv_one(RecvWr::new(1, &[l.mr.sge(..MSG)]))
+                    .or_fail("cannot post a receive")?;
+                println!("  a fresh QP for the client that reconnected; one receive posted");
+                oob.send_line("posted", t)
+                    .or_fail("cannot tell the client")?;
+                let wc = must(&l.cq, "the reconnected client's SEND")?;
+                println!("  its SEND arrives: {}", wc.status);
             }
             _ => println!("  no receive posted: the client's SEND finds none"),
         }

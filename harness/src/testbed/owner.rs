@@ -9,6 +9,7 @@
 //! | `kill N` | node N's QEMU is killed: the VM and everything in it are gone |
 //! | `restart N` | a fresh VM for node N (killed first if it runs), on the same cable |
 //! | `status` | each node: running, frozen or killed |
+//! | `trace start` / `trace stop` | record the pair's wire (the cable); `stop` answers the ladder |
 //!
 //! Other processes see a node killed on purpose through a marker file in the state dir
 //! ([`killed_marker`]), and count its restarts in another ([`generation`]): the relay answers
@@ -68,6 +69,9 @@ impl Owner {
         if verb == "status" {
             return Ok(self.status());
         }
+        if verb == "trace" {
+            return self.trace(w.next());
+        }
         let n = parse_node(w.next())?;
         if self.topology == Topology::Loopback && n == Node::B {
             return Err("the loopback lab has one node, a".into());
@@ -90,6 +94,33 @@ impl Owner {
             )),
         };
         r.map_err(|e| format!("{e:#}"))
+    }
+
+    /// `trace start|stop`: the cable's tap. `stop` waits a moment first (the last ACK of what
+    /// was just done is still on its way), then answers one ladder line per RoCE packet.
+    fn trace(&self, what: Option<&str>) -> Result<String, String> {
+        let Some(c) = &self.cable else {
+            return Err(
+                "only the pair has a wire to trace (in one VM rxe loops packets back)".into(),
+            );
+        };
+        match what {
+            Some("start") => {
+                c.tap_start();
+                Ok("recording the wire".into())
+            }
+            Some("stop") => {
+                std::thread::sleep(Duration::from_millis(200));
+                let frames = c.tap_stop();
+                let packets: Vec<_> = frames
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, f)| crate::wire::decode::decode_frame(i + 1, f))
+                    .collect();
+                Ok(crate::wire::ladder::text(&packets))
+            }
+            _ => Err("trace start or trace stop".into()),
+        }
     }
 
     fn is_killed(&self, n: Node) -> bool {

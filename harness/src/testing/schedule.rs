@@ -1,11 +1,18 @@
 //! The scheduler behind [`run_roles`]: start every role in order (readiness by a line, never a
 //! sleep), collect their output and exits, enforce the deadline, and notice a lab that dies or
 //! hangs under a run.
+//!
+//! A role whose node is killed on purpose (`kill` through the lab's host: chapter 13's
+//! killed-peer case) is not a failure: once the node has been restarted, the role starts
+//! again on the fresh VM, with a line in its output that says so.
 
 use super::*;
+use crate::testbed::generation;
 
 pub(super) enum Next {
     Event((usize, Event)),
+    /// Half a second without an event (the lab is healthy).
+    Tick,
     Deadline,
     Dead(String),
 }
@@ -16,6 +23,10 @@ pub(super) struct RoleState {
     exit: Option<i32>,
     started: Option<u32>,
     note: Option<String>,
+    /// Its node was killed on purpose: start it again once the node is back.
+    revive: bool,
+    /// The node's restart count when the role (last) started.
+    generation: u64,
 }
 
 /// Runs roles in order (each waits for the previous one's `ready` line), then waits for all.
@@ -60,6 +71,7 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
                     if let Err(why) = hb.check(lab) {
                         return Next::Dead(format!("{why:#}"));
                     }
+                    return Next::Tick;
                 }
             }
         }
@@ -72,8 +84,22 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
             exit: None,
             started: None,
             note: None,
+            revive: false,
+            generation: 0,
         })
         .collect();
+    let gen_of = |n: Node| lab.dir.as_ref().map(|d| generation(d, n)).unwrap_or(0);
+    // Was this event the loss of a role whose node someone killed on purpose? (An attached
+    // lab's relay reports a lost command as an exit that could not start, "lab lost: ...".)
+    let lost_on_purpose = |st: &[RoleState], i: usize, ev: &Event| -> bool {
+        let lost = match ev {
+            Event::Lost(_) => true,
+            Event::Exit(ExitStatus::SpawnFailed(m)) => m.starts_with("lab lost"),
+            _ => false,
+        };
+        let n = roles[i].node;
+        lost && (lab.killed_on_purpose(n) || gen_of(n) != st[i].generation)
+    };
     let apply = |st: &mut Vec<RoleState>, (i, ev): (usize, Event)| -> Result<(), String> {
         match ev {
             Event::Stdout(d) => st[i].stdout.extend(d),
@@ -164,6 +190,35 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
 
     let base_env = passthrough_env();
     let mut stop_starting = None;
+    let mut cmds: Vec<Option<Cmd>> = vec![None; roles.len()];
+    // Starts again the roles whose node is back from an on-purpose kill.
+    let revive = |st: &mut Vec<RoleState>, cmds: &[Option<Cmd>]| -> Result<(), String> {
+        for i in 0..roles.len() {
+            let n = roles[i].node;
+            if !st[i].revive || lab.killed_on_purpose(n) {
+                continue;
+            }
+            let Some(cmd) = &cmds[i] else { continue };
+            st[i].revive = false;
+            st[i].generation = gen_of(n);
+            st[i].stdout.extend(
+                format!(
+                    "harness: node {} was killed and restarted (a fresh VM): {} starts again\n",
+                    n.name(),
+                    roles[i].name
+                )
+                .bytes(),
+            );
+            let tx = tx.clone();
+            match lab.conn(n).spawn(cmd, move |ev| {
+                let _ = tx.send((i, ev));
+            }) {
+                Ok(id) => st[i].started = Some(id),
+                Err(e) => return Err(format!("cannot start {} again: {e}", roles[i].name)),
+            }
+        }
+        Ok(())
+    };
     for (i, role) in roles.iter().enumerate() {
         if let Some(why) = &stop_starting {
             st[i].note = Some(format!("harness: not started: {why}\n"));
@@ -187,6 +242,8 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
             timeout: Some(limit + Duration::from_secs(10)),
             stdin: false,
         };
+        cmds[i] = Some(cmd.clone());
+        st[i].generation = gen_of(role.node);
         let tx = tx.clone();
         match lab.conn(role.node).spawn(&cmd, move |ev| {
             let _ = tx.send((i, ev));
@@ -207,9 +264,15 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
                     break;
                 }
                 match next(&mut hb) {
+                    Next::Event((j, ev)) if lost_on_purpose(&st, j, &ev) => st[j].revive = true,
                     Next::Event(ev) => {
                         if let Err(why) = apply(&mut st, ev) {
                             return Err(fail(&mut st, lab.dead_report(&why)));
+                        }
+                    }
+                    Next::Tick => {
+                        if let Err(e) = revive(&mut st, &cmds) {
+                            return Err(fail(&mut st, e));
                         }
                     }
                     Next::Dead(why) => return Err(fail(&mut st, lab.dead_report(&why))),
@@ -229,9 +292,15 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
     }
     while st.iter().any(|s| s.started.is_some() && s.exit.is_none()) {
         match next(&mut hb) {
+            Next::Event((j, ev)) if lost_on_purpose(&st, j, &ev) => st[j].revive = true,
             Next::Event(ev) => {
                 if let Err(why) = apply(&mut st, ev) {
                     return Err(fail(&mut st, lab.dead_report(&why)));
+                }
+            }
+            Next::Tick => {
+                if let Err(e) = revive(&mut st, &cmds) {
+                    return Err(fail(&mut st, e));
                 }
             }
             Next::Dead(why) => return Err(fail(&mut st, lab.dead_report(&why))),

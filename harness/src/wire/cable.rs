@@ -15,7 +15,12 @@
 //! Each direction has a queue of [`QUEUE_FRAMES`] frames, like a switch's buffer. A frozen or
 //! dead receiver does not stall the sender: once the queue is full, frames are dropped, as a
 //! real wire drops packets sent to a host that is not there.
+//!
+//! The relay can also record what crosses it ([`Cable::tap_start`], [`Cable::tap_stop`]): every
+//! frame as its VM sent it, whether or not the other VM is there to take it (a frozen or killed
+//! node's traffic shows as what was sent to it).
 
+use super::decode::Frame;
 use crate::Node;
 use anyhow::{Context as _, Result};
 use std::io::{Read as _, Write as _};
@@ -34,6 +39,8 @@ const MAX_FRAME: usize = 65536;
 
 /// One end of the cable: where frames for this node go (`None` while its VM is not connected).
 type Port = Arc<Mutex<Option<SyncSender<Vec<u8>>>>>;
+/// The frames recorded while a tap is on.
+type Tap = Arc<Mutex<Option<Vec<Frame>>>>;
 
 /// The running relay. Dropping it stops its threads and removes its sockets.
 #[derive(Debug)]
@@ -42,6 +49,7 @@ pub struct Cable {
     stop: Arc<AtomicBool>,
     /// Frames dropped because a receiver's queue was full or it was not connected.
     dropped: Arc<AtomicU64>,
+    tap: Tap,
 }
 
 fn idx(n: Node) -> usize {
@@ -58,22 +66,34 @@ impl Cable {
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let ports: [Port; 2] = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
+        let tap: Tap = Arc::new(Mutex::new(None));
         for (i, sock) in socks.iter().enumerate() {
             let _ = std::fs::remove_file(sock);
             let l = UnixListener::bind(sock)
                 .with_context(|| format!("binding the pair's wire socket {}", sock.display()))?;
             l.set_nonblocking(true)?;
             let (me, peer) = (ports[i].clone(), ports[1 - i].clone());
-            let (stop, dropped) = (stop.clone(), dropped.clone());
+            let (stop, dropped, tap) = (stop.clone(), dropped.clone(), tap.clone());
             std::thread::Builder::new()
                 .name(format!("lab-wire-{i}"))
-                .spawn(move || accept_loop(l, me, peer, stop, dropped))?;
+                .spawn(move || accept_loop(l, me, peer, stop, dropped, tap))?;
         }
         Ok(Cable {
             socks,
             stop,
             dropped,
+            tap,
         })
+    }
+
+    /// Starts recording every frame (a recording in progress starts over).
+    pub fn tap_start(&self) {
+        *self.tap.lock().unwrap() = Some(vec![]);
+    }
+
+    /// Stops recording; the frames since [`Cable::tap_start`], in the order the relay saw them.
+    pub fn tap_stop(&self) -> Vec<Frame> {
+        self.tap.lock().unwrap().take().unwrap_or_default()
     }
 
     /// The socket a node's QEMU connects to.
@@ -104,6 +124,7 @@ fn accept_loop(
     peer: Port,
     stop: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
+    tap: Tap,
 ) {
     while !stop.load(Ordering::SeqCst) {
         let s = match l.accept() {
@@ -130,7 +151,7 @@ fn accept_loop(
                 }
             }
         });
-        let (peer, stop, dropped) = (peer.clone(), stop.clone(), dropped.clone());
+        let (peer, stop, dropped, tap) = (peer.clone(), stop.clone(), dropped.clone(), tap.clone());
         std::thread::spawn(move || {
             let _ = reader.set_read_timeout(Some(Duration::from_millis(500)));
             let mut len = [0u8; 4];
@@ -152,6 +173,16 @@ fn accept_loop(
                 match read_full(&mut reader, &mut frame[4..], &stop) {
                     Ok(true) => {}
                     _ => break,
+                }
+                if let Some(t) = tap.lock().unwrap().as_mut() {
+                    let ts_us = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_micros() as u64)
+                        .unwrap_or(0);
+                    t.push(Frame {
+                        ts_us,
+                        data: frame[4..].to_vec(),
+                    });
                 }
                 let g = peer.lock().unwrap();
                 let sent = match g.as_ref() {
@@ -270,10 +301,14 @@ mod tests {
             }
         }
         assert!(ok, "no frame reached the reconnected node");
-        // And back the other way.
+        // And back the other way, recorded by the tap.
+        cable.tap_start();
         b2.write_all(&frame(b"back")).unwrap();
         a.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(read_frame(&mut a), b"back");
+        let seen = cable.tap_stop();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].data, b"back");
         drop(cable);
         assert!(!dir.path().join("wire-a.sock").exists());
     }
