@@ -8,12 +8,14 @@
 //! * loss, duplicate, corrupt, reorder and delay each show in the RoCE datagrams alone;
 //! * a partition stops ping one way or both, and `heal` restores it; a frozen node answers
 //!   nothing until thawed;
+//! * a killed node answers nothing and the lab stays up (node a still runs commands); once
+//!   restarted it is a fresh VM that answers again; `clear` restarts a killed node too;
 //! * after `clear` no qdisc and no frozen node is left, and all N datagrams cross again.
 
 use harness::Node;
 use harness::conn::Cmd;
 use harness::proto::ExitStatus;
-use harness::testbed::Testbed;
+use harness::testbed::{Testbed, generation, killed_marker};
 use harness::testing::{lock, wire_lab};
 use harness::wire::Capture;
 use harness::wire::decode::{Frame, read_pcap};
@@ -263,4 +265,66 @@ fn partition_heal_freeze_thaw() {
     fault::clear(&lab).unwrap();
     assert!(!fault::any_active(&lab).unwrap());
     assert!(ping(&lab, Node::B, "10.77.0.1"));
+}
+
+/// Seconds since the node's kernel booted.
+fn uptime(lab: &Testbed, n: Node) -> f64 {
+    let out = lab
+        .run(
+            n,
+            &Cmd::new(["cat", "/proc/uptime"]),
+            Duration::from_secs(20),
+        )
+        .expect("uptime");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("a number of seconds")
+}
+
+#[test]
+fn kill_restart_and_clear() {
+    let lab = wire_lab();
+    let _g = lock(&lab);
+    let _clear = ClearOnDrop(&lab);
+    fault::clear(&lab).unwrap();
+    let dir = fault::lab_dir(&lab).unwrap();
+    let g0 = generation(&dir, Node::B);
+    assert!(ping(&lab, Node::A, "10.77.0.2"));
+    // Let node b's kernel have been up a while, so that a fresh boot shows.
+    std::thread::sleep(Duration::from_secs(3));
+    let before = uptime(&lab, Node::B);
+
+    let said = lab.host("kill b").unwrap();
+    assert!(said.contains("node b killed"), "{said}");
+    assert!(killed_marker(&dir, Node::B).exists());
+    let st = fault::status(&lab).unwrap().join("\n");
+    assert!(st.contains("node b: killed"), "{st}");
+    // The lab is up: node a still runs commands, and nothing answers it from b.
+    assert!(
+        !ping(&lab, Node::A, "10.77.0.2"),
+        "a killed node answers nothing"
+    );
+
+    let said = lab.host("restart b").unwrap();
+    assert!(said.contains("node b restarted"), "{said}");
+    assert!(!killed_marker(&dir, Node::B).exists());
+    assert_eq!(generation(&dir, Node::B), g0 + 1);
+    assert!(
+        ping(&lab, Node::A, "10.77.0.2"),
+        "the restarted node answers"
+    );
+    let after = uptime(&lab, Node::B);
+    assert!(after < before, "a fresh VM: up {after} s, was {before} s");
+
+    // clear brings a killed node back.
+    lab.host("kill b").unwrap();
+    fault::clear(&lab).unwrap();
+    assert_eq!(generation(&dir, Node::B), g0 + 2);
+    assert!(!fault::any_active(&lab).unwrap());
+    assert!(ping(&lab, Node::B, "10.77.0.1"));
+    // A request the host does not know is refused with what it knows.
+    let e = lab.host("explode b").unwrap_err().to_string();
+    assert!(e.contains("freeze, thaw, kill or restart"), "{e}");
 }

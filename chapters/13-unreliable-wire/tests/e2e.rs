@@ -5,9 +5,14 @@
 //!   (PSN sequence error) and a resend under loss, the same PSN sent retry_cnt + 1 times
 //!   under total loss, RNR NAKs carrying the server's timer;
 //! * every case leaves nothing behind: no qdisc on either node, no frozen node;
+//! * `peer`: the frozen and the killed peer (node a's VM stopped, or killed and restarted by
+//!   the lab's host): their snapshots, the one SEND the wire shows four times, the late
+//!   message that still arrives, and node a back as a fresh VM;
 //! * `bad_command_line`: refused before any device is touched (runs on the host).
 
-use harness::testing::{run_chapter_traced, wire_lab};
+use harness::Node;
+use harness::testbed::generation;
+use harness::testing::{run_chapter, run_chapter_traced, wire_lab};
 use harness::testing_cli::refuses_command_line;
 use harness::wire::decode::AckKind;
 use harness::wire::fault;
@@ -78,6 +83,61 @@ fn case(#[case] name: &str) {
         _ => {}
     }
     println!("{ladder}");
+}
+
+#[rstest]
+#[case::frozen_peer("frozen-peer")]
+#[case::killed_peer("killed-peer")]
+fn peer(#[case] name: &str) {
+    let lab = wire_lab();
+    let dir = fault::lab_dir(&lab).unwrap();
+    let restarts = generation(&dir, Node::A);
+    let t = run_chapter(PKG, EXE, &["--case", name]);
+    insta::with_settings!({ snapshot_suffix => name }, {
+        insta::assert_snapshot!("case", t.redacted());
+    });
+    t.assert_success();
+    assert!(
+        !fault::any_active(&lab).unwrap(),
+        "left active: {:?}",
+        fault::status(&lab).unwrap()
+    );
+    let client = &t.section("client").stdout;
+    let server = &t.section("server").stdout;
+    // The one SEND that was never answered: the first try and retry_cnt 3 resends.
+    let sends = client
+        .lines()
+        .filter(|l| l.trim_start().starts_with("a <- b  SEND_ONLY"))
+        .count();
+    assert_eq!(sends, 4, "{client}");
+    match name {
+        "frozen-peer" => {
+            assert!(
+                server.contains("receive 2 completes with IBV_WC_SUCCESS"),
+                "the late SEND arrives once node a is thawed: {server}"
+            );
+            assert_eq!(
+                generation(&dir, Node::A),
+                restarts,
+                "a freeze restarts nothing"
+            );
+        }
+        _ => {
+            assert_eq!(
+                generation(&dir, Node::A),
+                restarts + 1,
+                "node a restarted once"
+            );
+            assert!(
+                server.contains("harness: node a was killed and restarted"),
+                "{server}"
+            );
+            assert!(
+                client.contains("a SEND on the reconnected QP completes with IBV_WC_SUCCESS"),
+                "{client}"
+            );
+        }
+    }
 }
 
 #[rstest]
