@@ -3,7 +3,9 @@
 //!
 //! * `matches_tshark`: every field of every packet equals what tshark's own InfiniBand
 //!   dissector reads from the same file (opcode, dest QP, PSN, AckReq, SE, pad, RETH, AETH,
-//!   AtomicETH, AtomicAckETH, ImmDt, payload length), and both see the same packets;
+//!   AtomicETH, AtomicAckETH, ImmDt, payload length, and the MADs of rdma_cm on QP1: class,
+//!   method, attribute, transaction id, and the QPN and starting PSN of REQ and REP), and
+//!   both see the same packets;
 //! * `ladder_text`: the redacted ladder of each capture (snapshots);
 //! * `expected_sequences`: what each chapter's capture must show (message split by path MTU,
 //!   READ responses carrying an AETH on FIRST and LAST, the NAK, the atomics' acknowledgements,
@@ -53,6 +55,15 @@ const FIELDS: &[&str] = &[
     "infiniband.atomiceth.cmpdt",
     "infiniband.atomicacketh.origremdt",
     "infiniband.immdt",
+    "infiniband.deth.q_key",
+    "infiniband.mad.mgmtclass",
+    "infiniband.mad.method",
+    "infiniband.mad.attributeid",
+    "infiniband.mad.transactionid",
+    "infiniband.cm.req.localqpn",
+    "infiniband.cm.req.startpsn",
+    "infiniband.cm.rep.localqpn",
+    "infiniband.cm.rep.startpsn",
     // The bytes after the headers: payload and pad (the decoder counts the payload alone);
     // tshark 4.0 shows no data for some SEND payloads (a heuristic takes them), so the UDP
     // length checks the sum of the parts as well.
@@ -104,6 +115,7 @@ fn flag(s: &str) -> bool {
 #[case("07-write-imm.pcap")]
 #[case("09-read-and-nak.pcap")]
 #[case("10-atomics.pcap")]
+#[case("12-cm.pcap")]
 #[case("13-rnr.pcap")]
 fn matches_tshark(#[case] name: &str) {
     let ours = packets(name);
@@ -184,6 +196,41 @@ fn matches_tshark(#[case] name: &str) {
             f("infiniband.immdt"),
             "{at}: immediate"
         );
+        let mad = p.mad;
+        assert_eq!(
+            mad.map(|m| u64::from(m.class)),
+            num(f("infiniband.mad.mgmtclass")),
+            "{at}: MAD class"
+        );
+        assert_eq!(
+            mad.map(|m| u64::from(m.method)),
+            num(f("infiniband.mad.method")),
+            "{at}: MAD method"
+        );
+        assert_eq!(
+            mad.map(|m| u64::from(m.attr_id)),
+            num(f("infiniband.mad.attributeid")),
+            "{at}: MAD attribute"
+        );
+        assert_eq!(
+            mad.map(|m| m.tid),
+            num(f("infiniband.mad.transactionid")),
+            "{at}: MAD transaction id"
+        );
+        let (qpn, psn) = match mad.map(|m| m.attr_id) {
+            Some(0x0010) => ("infiniband.cm.req.localqpn", "infiniband.cm.req.startpsn"),
+            _ => ("infiniband.cm.rep.localqpn", "infiniband.cm.rep.startpsn"),
+        };
+        assert_eq!(
+            mad.and_then(|m| m.qpn).map(u64::from),
+            num(f(qpn)),
+            "{at}: CM QPN"
+        );
+        assert_eq!(
+            mad.and_then(|m| m.start_psn).map(u64::from),
+            num(f(psn)),
+            "{at}: CM starting PSN"
+        );
         if let Some(data) = num(f("data.len")) {
             assert_eq!(
                 p.payload_len as u64 + u64::from(p.pad),
@@ -199,6 +246,7 @@ fn matches_tshark(#[case] name: &str) {
             (f("infiniband.aeth.msn"), 4),
             (f("infiniband.atomicacketh.origremdt"), 8),
             (f("infiniband.immdt"), 4),
+            (f("infiniband.deth.q_key"), 8),
         ]
         .iter()
         .filter(|(v, _)| !v.is_empty())
@@ -217,6 +265,7 @@ fn matches_tshark(#[case] name: &str) {
 #[case("07-write-imm.pcap")]
 #[case("09-read-and-nak.pcap")]
 #[case("10-atomics.pcap")]
+#[case("12-cm.pcap")]
 #[case("13-rnr.pcap")]
 fn ladder_text(#[case] name: &str) {
     let text = harness::redact::redact(&ladder::text(&packets(name)));
@@ -336,6 +385,52 @@ fn expected_sequences() {
     assert!(matches!(acks.last(), Some(AckKind::Ack { .. })));
     assert_eq!(harness::wire::decode::rnr_timer_us(20), 10_240.0);
     assert_eq!(fa, [0, 1], "the counter's old values");
+
+    // 12: rdma_cm's connection is three MADs to QP1 (REQ from the client b, REP, RTU), its
+    // end two more (DREQ, DREP). The QPN and starting PSN in the REP are what b's first
+    // request then carries.
+    let p12 = packets("12-cm.pcap");
+    let cm: Vec<(harness::wire::Dir, &str)> = p12
+        .iter()
+        .filter_map(|x| {
+            x.mad
+                .map(|m| (x.dir, harness::wire::decode::cm_attr_name(m.attr_id)))
+        })
+        .collect();
+    use harness::wire::Dir::{AtoB, BtoA};
+    assert_eq!(
+        cm,
+        [
+            (BtoA, "ConnectRequest"),
+            (AtoB, "ConnectReply"),
+            (BtoA, "ReadyToUse"),
+            (BtoA, "DisconnectRequest"),
+            (AtoB, "DisconnectReply"),
+        ]
+    );
+    assert!(
+        p12.iter()
+            .filter(|x| x.mad.is_some())
+            .all(|x| x.dest_qp == 1 && x.opcode == 0x64)
+    );
+    let rep = p12[1].mad.unwrap();
+    let first = p12.iter().find(|x| x.mad.is_none()).unwrap();
+    assert_eq!(
+        Some(first.dest_qp),
+        rep.qpn,
+        "b sends to the QPN of a's REP"
+    );
+    assert_eq!(
+        Some(first.psn),
+        rep.start_psn,
+        "... starting at the REP's PSN"
+    );
+    let req = p12[0].mad.unwrap();
+    let back = p12
+        .iter()
+        .find(|x| x.dir == AtoB && x.mad.is_none())
+        .unwrap();
+    assert_eq!(Some(back.dest_qp), req.qpn, "a answers the QPN of b's REQ");
 }
 
 #[test]

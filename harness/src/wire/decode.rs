@@ -162,6 +162,63 @@ pub struct AtomicEth {
     pub compare: u64,
 }
 
+/// A management datagram (IBA 13.4): a UD SEND to QP1, the General Services QP. rdma_cm's
+/// connection messages are MADs of the Communication Management class (0x07).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mad {
+    pub class: u8,
+    pub method: u8,
+    pub attr_id: u16,
+    pub tid: u64,
+    /// CM REQ and REP: the sender's QP number and its starting PSN.
+    pub qpn: Option<u32>,
+    pub start_psn: Option<u32>,
+}
+
+/// The CM class of MADs.
+pub const MAD_CLASS_CM: u8 = 0x07;
+
+/// The name of a CM MAD's attribute (IBA 16.7.2, table 223 of the CM messages).
+pub fn cm_attr_name(id: u16) -> &'static str {
+    match id {
+        0x0010 => "ConnectRequest",
+        0x0011 => "MsgRcptAck",
+        0x0012 => "ConnectReject",
+        0x0013 => "ConnectReply",
+        0x0014 => "ReadyToUse",
+        0x0015 => "DisconnectRequest",
+        0x0016 => "DisconnectReply",
+        0x0017 => "ServiceIDResReq",
+        0x0018 => "ServiceIDResReqResp",
+        0x0019 => "LoadAlternatePath",
+        0x001a => "AlternatePathResponse",
+        _ => "unknown",
+    }
+}
+
+/// Reads the MAD in a QP1 payload: its 24-byte common header, and for a CM REQ or REP the
+/// QPN and starting PSN (REQ: bytes 32 and 44 of the message data; REP: bytes 12 and 20).
+fn parse_mad(b: &[u8]) -> Option<Mad> {
+    let h = b.get(..24)?;
+    let class = h[1];
+    let attr_id = be(&h[16..18]) as u16;
+    let data = &b[24..];
+    let at24 = |o: usize| data.get(o..o + 3).map(|x| be(x) as u32);
+    let (qpn, start_psn) = match (class, attr_id) {
+        (MAD_CLASS_CM, 0x0010) => (at24(32), at24(44)),
+        (MAD_CLASS_CM, 0x0013) => (at24(12), at24(20)),
+        _ => (None, None),
+    };
+    Some(Mad {
+        class,
+        method: h[3] & 0x7f,
+        attr_id,
+        tid: be(&h[8..16]),
+        qpn,
+        start_psn,
+    })
+}
+
 /// One RoCE v2 packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packet {
@@ -185,6 +242,8 @@ pub struct Packet {
     pub inv_rkey: Option<u32>,
     /// Payload bytes (without pad and ICRC).
     pub payload_len: usize,
+    /// The MAD of a UD SEND to QP1 (rdma_cm's REQ, REP, RTU, DREQ ...).
+    pub mad: Option<Mad>,
 }
 
 /// Which extension headers an opcode carries, in order.
@@ -319,6 +378,7 @@ pub fn decode_frame(frame: usize, f: &Frame) -> Option<Packet> {
         imm: None,
         inv_rkey: None,
         payload_len: 0,
+        mad: None,
     };
     let e = exts(opcode);
     let mut o = 12;
@@ -365,6 +425,9 @@ pub fn decode_frame(frame: usize, f: &Frame) -> Option<Packet> {
     }
     // What is left: payload, pad, ICRC (4 bytes).
     p.payload_len = ib.len().saturating_sub(o + usize::from(p.pad) + 4);
+    if e.deth && p.dest_qp == 1 {
+        p.mad = ib.get(o..o + p.payload_len).and_then(parse_mad);
+    }
     Some(p)
 }
 

@@ -29,6 +29,11 @@ pub const DOC_TRACES: &[(&str, &str, &str)] = &[
         "10: FETCH_ADD and CMP_SWAP with their ATOMIC_ACKNOWLEDGE",
     ),
     (
+        "12-cm.pcap",
+        "12-connection-manager.svg",
+        "12: rdma_cm's REQ, REP and RTU, a WRITE and a READ, then DREQ and DREP",
+    ),
+    (
         "13-rnr.pcap",
         "13-rnr.svg",
         "13: a SEND to a receiver that posts its receive late: RNR NAKs, then the ACK",

@@ -9,7 +9,14 @@ use super::decode::{AckKind, Packet, nak_name, opcode_name, rnr_timer_us};
 
 /// The fields of one packet after its direction and opcode.
 pub fn fields(p: &Packet) -> String {
-    let mut f = vec![format!("psn={:#08x}", p.psn)];
+    // UD sequences nothing: its PSN is a counter of the sending QP that the receiver ignores
+    // (and, for QP1's MADs, depends on every MAD the node sent before). Left out.
+    let ud = p.opcode >> 5 == 3;
+    let mut f = if ud {
+        vec![]
+    } else {
+        vec![format!("psn={:#08x}", p.psn)]
+    };
     if let Some(a) = p.aeth {
         f.push(match a.kind() {
             AckKind::Ack { .. } => "ACK".to_string(),
@@ -29,6 +36,19 @@ pub fn fields(p: &Packet) -> String {
     f.push(format!("qpn={:#08x}", p.dest_qp));
     if p.ack_req {
         f.push("ackreq".into());
+    }
+    if let Some(m) = p.mad {
+        if m.class == super::decode::MAD_CLASS_CM {
+            f.push(format!("CM {}", super::decode::cm_attr_name(m.attr_id)));
+        } else {
+            f.push(format!(
+                "MAD class={:#04x} attr={:#06x}",
+                m.class, m.attr_id
+            ));
+        }
+        if let (Some(q), Some(s)) = (m.qpn, m.start_psn) {
+            f.push(format!("local_qpn={q:#08x} start_psn={s:#08x}"));
+        }
     }
     if let Some(r) = p.reth {
         f.push(format!(
