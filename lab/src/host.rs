@@ -56,7 +56,7 @@ pub fn ask(line: &str, limit: Duration) -> Result<String, HostError> {
 /// [`ask`] at a given socket.
 pub fn ask_at(path: &std::path::Path, line: &str, limit: Duration) -> Result<String, HostError> {
     let io = |e: std::io::Error| HostError::Io(format!("{}: {e}", line.trim()));
-    let mut s = UnixStream::connect(&path).map_err(io)?;
+    let mut s = UnixStream::connect(path).map_err(io)?;
     let deadline = Instant::now() + limit;
     s.set_write_timeout(Some(limit)).map_err(io)?;
     s.write_all(format!("{}\n", line.trim()).as_bytes())

@@ -220,6 +220,20 @@ pub(super) fn status() -> Result<i32> {
         if daemon_alive(&dir) {
             let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
             println!("{:<9} up    {}", t.name(), info.trim());
+            // `cargo lab fault kill|restart` changes a node's VM (the pids above are the
+            // first boot's).
+            for n in [crate::Node::A, crate::Node::B] {
+                let restarts = testbed::generation(&dir, n);
+                if testbed::killed_marker(&dir, n).exists() {
+                    println!(
+                        "          node {}: killed (`cargo lab fault restart {}`)",
+                        n.name(),
+                        n.name()
+                    );
+                } else if restarts > 0 {
+                    println!("          node {}: restarted {restarts} time(s)", n.name());
+                }
+            }
             println!("          console: {}", dir.join("console-a.log").display());
         } else if dir.exists() {
             println!(

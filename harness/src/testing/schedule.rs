@@ -52,28 +52,23 @@ pub fn run_roles_in(lab: &Testbed, roles: &[Role], limit: Duration) -> anyhow::R
 fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript, String> {
     let deadline = Instant::now() + limit;
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
-    // Waits for the next event until the overall deadline, in short slices: between them the
-    // lab's health is checked (connections, QEMU and daemon processes, a heartbeat), so a lab
+    // Waits for the next event until the overall deadline, in slices of half a second: after
+    // each the lab's health is checked (connections, QEMU and daemon processes, a heartbeat), so a lab
     // that dies or hangs under the run ends it in seconds whatever the connection does.
     let mut hb = Heartbeat::new(lab);
     let next = |hb: &mut Heartbeat| -> Next {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Next::Deadline;
-            }
-            match rx.recv_timeout(left.min(Duration::from_millis(500))) {
-                Ok(ev) => return Next::Event(ev),
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Next::Dead("event channel closed".into());
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if let Err(why) = hb.check(lab) {
-                        return Next::Dead(format!("{why:#}"));
-                    }
-                    return Next::Tick;
-                }
-            }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Next::Deadline;
+        }
+        match rx.recv_timeout(left.min(Duration::from_millis(500))) {
+            Ok(ev) => Next::Event(ev),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Next::Dead("event channel closed".into()),
+            Err(mpsc::RecvTimeoutError::Timeout) => match hb.check(lab) {
+                Err(why) => Next::Dead(format!("{why:#}")),
+                // Half a second without an event: the callers look at revivable roles.
+                Ok(()) => Next::Tick,
+            },
         }
     };
     let mut st: Vec<RoleState> = roles
