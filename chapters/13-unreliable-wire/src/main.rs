@@ -415,7 +415,7 @@ fn show_wire(case: CaseArg, w: &wire::Ladder) {
         CaseArg::TotalLoss => println!(
             "  on the wire: {} packets from node b (netem drops them inside node b, before its \
              NIC: a lost packet is one that never arrives)",
-            w.from_b()
+            w.sent_by_b()
         ),
         CaseArg::RetryForever => w.print(
             "the loss took every try off the wire; once it healed, the next try and its ACK",

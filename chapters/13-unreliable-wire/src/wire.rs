@@ -71,7 +71,7 @@ fn parse(text: &str) -> Ladder {
 
 impl Ladder {
     /// Packets node b sent.
-    pub fn from_b(&self) -> usize {
+    pub fn sent_by_b(&self) -> usize {
         self.lines.iter().filter(|l| l.from_b).count()
     }
 
@@ -116,7 +116,7 @@ mod tests {
              a -> b  ACKNOWLEDGE  psn=0x00c000 RNR_NAK timer=20 (10.24 ms) msn=0 qpn=0x000012\n",
         );
         assert_eq!(l.lines.len(), 3);
-        assert_eq!(l.from_b(), 2);
+        assert_eq!(l.sent_by_b(), 2);
         assert_eq!(l.resent_by_b(), 1);
         assert_eq!(l.a_said("RNR_NAK timer=20"), 1);
         assert_eq!(l.lines[2].psn, "0x00c000");
