@@ -84,6 +84,9 @@ pub struct Results {
     pub affinity: Vec<(bool, f64, f64)>,
     pub clock_ratio: f64,
     pub cpu_op: Vec<(&'static str, f64, f64, f64, f64)>,
+    /// (what, round trips, the softirq threads over them): the WRITE ping-pongs, ours and
+    /// ib_write_lat's.
+    pub softirq: Vec<(String, u64, Softirq)>,
 }
 
 /// The client's side of everything: device, buffer, the exchange stream, the connection.
@@ -94,6 +97,13 @@ struct Lab<'a> {
     oob: OobStream,
     host: String,
     data_port: u16,
+}
+
+/// What both nodes' softirq threads did over one measurement: (ns run, times scheduled).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Softirq {
+    pub b: (u64, u64),
+    pub a: (u64, u64),
 }
 
 /// CPU used by both sides over one measurement: this process, the server's process, and
@@ -125,6 +135,32 @@ impl Lab<'_> {
             .collect();
         expect(v.len() == 2, || format!("bad cpu reply {r:?}"))?;
         Ok((Duration::from_nanos(v[0]), Duration::from_nanos(v[1])))
+    }
+
+    /// The server node's softirq threads (see [`crate::softirq_threads`]).
+    fn server_softirq(&mut self) -> Result<(u64, u64)> {
+        let r = self.ask("softirqd")?;
+        let v: Vec<u64> = r
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        expect(v.len() == 2, || format!("bad softirqd reply {r:?}"))?;
+        Ok((v[0], v[1]))
+    }
+
+    /// Runs `f` between two readings of both nodes' softirq threads.
+    fn with_softirq<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<(T, Softirq)> {
+        let (a0, b0) = (self.server_softirq()?, crate::softirq_threads()?);
+        let out = f(self)?;
+        let (b1, a1) = (crate::softirq_threads()?, self.server_softirq()?);
+        Ok((
+            out,
+            Softirq {
+                b: (b1.0.saturating_sub(b0.0), b1.1.saturating_sub(b0.1)),
+                a: (a1.0.saturating_sub(a0.0), a1.1.saturating_sub(a0.1)),
+            },
+        ))
     }
 
     /// Runs `f` between two CPU readings of both sides.
@@ -450,7 +486,12 @@ fn section1(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Results) -> Resu
             }
             let (v, cpu) = lab.with_cpu(|lab| match op {
                 "TCP" => tcp_lat(lab, size, it),
-                "WRITE pp" => write_pp_lat(lab, c, size, it),
+                "WRITE pp" => {
+                    let (v, sq) = lab.with_softirq(|lab| write_pp_lat(lab, c, size, it))?;
+                    res.softirq
+                        .push((format!("ours: WRITE pp {size} B"), it.0 + it.1, sq));
+                    Ok(v)
+                }
                 _ => rdma_lat(lab, c, op, size, it, Wait::Busy, Wait::Events),
             })?;
             let s = Stats::of_durations(&v).ok_or("no samples")?;
@@ -521,7 +562,38 @@ fn section1(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Results) -> Resu
     println!("  1d: the reference tools, in this run, on the same two nodes");
     reference_tools(lab, plan, scale, res)?;
     compare_tools(res);
+    softirq_table(res);
     Ok(())
+}
+
+/// 1f: the softirq threads during each WRITE ping-pong, per round trip. Both sides of a
+/// ping-pong spin; when rxe's softirq work has been handed to `ksoftirqd`, that thread must
+/// take the CPU from the spinner before the peer's WRITE lands or its ACK goes out.
+fn softirq_table(res: &Results) {
+    println!(
+        "  1f: ksoftirqd (the kernel's softirq threads) during the WRITE ping-pongs, per round trip"
+    );
+    let mut t = Table::new([
+        ("ping-pong", Align::Left),
+        ("rounds", Align::Right),
+        ("ksoftirqd b", Align::Left),
+        ("scheduled b", Align::Left),
+        ("ksoftirqd a", Align::Left),
+        ("scheduled a", Align::Left),
+    ])
+    .indent(4);
+    for (what, rounds, sq) in &res.softirq {
+        let r = (*rounds).max(1);
+        t.row([
+            what.clone(),
+            rounds.to_string(),
+            show::cpu(Duration::from_nanos(sq.b.0 / r)).to_string(),
+            format!("switches={:.1}", sq.b.1 as f64 / r as f64),
+            show::cpu(Duration::from_nanos(sq.a.0 / r)).to_string(),
+            format!("switches={:.1}", sq.a.1 as f64 / r as f64),
+        ]);
+    }
+    print!("{t}");
 }
 
 /// The largest size of the WRITE ping-pong rows (the sizes perftest's `ib_write_lat` runs at).
@@ -684,7 +756,11 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) ->
         }
         let mut client = s(&argv);
         client.push(host.clone());
-        let out = tool_pair(lab, &argv, &client, 30, &mut retries)?;
+        let (out, sq) = lab.with_softirq(|lab| tool_pair(lab, &argv, &client, 30, &mut retries))?;
+        if tool == "ib_write_lat" {
+            let rounds: u64 = n.parse().unwrap_or(1);
+            res.softirq.push((format!("{tool} -s {size}"), rounds, sq));
+        }
         let sz: usize = size.parse().unwrap_or(0);
         let what = format!("{tool} {}", argv[1..].join(" "));
         let f = if tool.ends_with("_bw") {

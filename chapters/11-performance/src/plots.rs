@@ -27,7 +27,13 @@ pub fn write_all(dir: &Path, res: &Results) -> Result<Vec<(String, Vec<String>)>
 
 type Plot = std::result::Result<Vec<String>, Box<dyn std::error::Error>>;
 
-const COLOURS: [RGBColor; 5] = [RED, BLUE, RGBColor(0, 140, 0), RGBColor(230, 140, 0), MAGENTA];
+const COLOURS: [RGBColor; 5] = [
+    RED,
+    BLUE,
+    RGBColor(0, 140, 0),
+    RGBColor(230, 140, 0),
+    MAGENTA,
+];
 
 fn latency(path: &Path, res: &Results) -> Plot {
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
