@@ -99,11 +99,12 @@ struct Lab<'a> {
     data_port: u16,
 }
 
-/// What both nodes' softirq threads did over one measurement: (ns run, times scheduled).
+/// What both nodes' softirq threads did over one measurement: ns run, ns waited runnable,
+/// times scheduled.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Softirq {
-    pub b: (u64, u64),
-    pub a: (u64, u64),
+    pub b: [u64; 3],
+    pub a: [u64; 3],
 }
 
 /// CPU used by both sides over one measurement: this process, the server's process, and
@@ -138,15 +139,17 @@ impl Lab<'_> {
     }
 
     /// The server node's softirq threads (see [`crate::softirq_threads`]).
-    fn server_softirq(&mut self) -> Result<(u64, u64)> {
+    fn server_softirq(&mut self) -> Result<[u64; 3]> {
         let r = self.ask("softirqd")?;
         let v: Vec<u64> = r
             .split_whitespace()
             .skip(1)
             .filter_map(|s| s.parse().ok())
             .collect();
-        expect(v.len() == 2, || format!("bad softirqd reply {r:?}"))?;
-        Ok((v[0], v[1]))
+        match v[..] {
+            [run, wait, slices] => Ok([run, wait, slices]),
+            _ => Err(format!("bad softirqd reply {r:?}").into()),
+        }
     }
 
     /// Runs `f` between two readings of both nodes' softirq threads.
@@ -154,11 +157,12 @@ impl Lab<'_> {
         let (a0, b0) = (self.server_softirq()?, crate::softirq_threads()?);
         let out = f(self)?;
         let (b1, a1) = (crate::softirq_threads()?, self.server_softirq()?);
+        let d = |x: [u64; 3], y: [u64; 3]| [0, 1, 2].map(|i| y[i].saturating_sub(x[i]));
         Ok((
             out,
             Softirq {
-                b: (b1.0.saturating_sub(b0.0), b1.1.saturating_sub(b0.1)),
-                a: (a1.0.saturating_sub(a0.0), a1.1.saturating_sub(a0.1)),
+                b: d(b0, b1),
+                a: d(a0, a1),
             },
         ))
     }
@@ -567,33 +571,59 @@ fn section1(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Results) -> Resu
 }
 
 /// 1f: the softirq threads during each WRITE ping-pong, per round trip. Both sides of a
-/// ping-pong spin; when rxe's softirq work has been handed to `ksoftirqd`, that thread must
-/// take the CPU from the spinner before the peer's WRITE lands or its ACK goes out.
+/// ping-pong spin; when rxe's softirq work has been handed to `ksoftirqd`, that thread waits
+/// for the spinner to give up the CPU before the peer's WRITE lands or its ACK goes out: the
+/// "waited" columns (runnable, not running) are that time.
 fn softirq_table(res: &Results) {
     println!(
-        "  1f: ksoftirqd (the kernel's softirq threads) during the WRITE ping-pongs, per round trip"
+        "  1f: ksoftirqd (the kernel's softirq threads) during the WRITE ping-pongs, per round \
+         trip: time run, time waited runnable for the CPU, times scheduled"
     );
     let mut t = Table::new([
         ("ping-pong", Align::Left),
         ("rounds", Align::Right),
-        ("ksoftirqd b", Align::Left),
+        ("ran b", Align::Left),
+        ("waited b", Align::Left),
         ("scheduled b", Align::Left),
-        ("ksoftirqd a", Align::Left),
+        ("ran a", Align::Left),
+        ("waited a", Align::Left),
         ("scheduled a", Align::Left),
     ])
     .indent(4);
     for (what, rounds, sq) in &res.softirq {
         let r = (*rounds).max(1);
-        t.row([
-            what.clone(),
-            rounds.to_string(),
-            show::cpu(Duration::from_nanos(sq.b.0 / r)).to_string(),
-            format!("switches={:.1}", sq.b.1 as f64 / r as f64),
-            show::cpu(Duration::from_nanos(sq.a.0 / r)).to_string(),
-            format!("switches={:.1}", sq.a.1 as f64 / r as f64),
-        ]);
+        let mut row = vec![what.clone(), rounds.to_string()];
+        for v in [sq.b, sq.a] {
+            row.push(show::cpu(Duration::from_nanos(v[0] / r)).to_string());
+            row.push(show::lat(Duration::from_nanos(v[1] / r)).to_string());
+            row.push(format!("switches={:.1}", v[2] as f64 / r as f64));
+        }
+        t.row(row);
     }
     print!("{t}");
+    // Printed the same way whatever the kernel (the test redacts tick= and hz=).
+    let (tick, hz) = match kernel_hz() {
+        Some(hz) if hz > 0 => (format!("{}ms", 1000.0 / hz as f64), hz.to_string()),
+        _ => ("unknown".to_string(), "unknown".to_string()),
+    };
+    println!(
+        "    this kernel's timer tick: tick={tick} (hz={hz}: CONFIG_HZ in /boot/config-<release>)"
+    );
+}
+
+/// The kernel's CONFIG_HZ, from `/boot/config-<release>` (the lab's guests boot the host's
+/// kernel and see its root file system read-only, so the file is there when the host has it).
+fn kernel_hz() -> Option<u64> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let file = format!("/boot/config-{}", release.trim());
+    let config = std::fs::read_to_string(&file).ok()?;
+    let hz = config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(hz)
 }
 
 /// The largest size of the WRITE ping-pong rows (the sizes perftest's `ib_write_lat` runs at).

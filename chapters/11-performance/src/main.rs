@@ -300,12 +300,13 @@ pub fn node_cpu() -> Result<Duration> {
 }
 
 /// The kernel's softirq threads on this node (`ksoftirqd/N`, one per CPU), from
-/// `/proc/<pid>/schedstat`: the time they ran (ns) and how many times they were scheduled.
-/// Softirqs (where rxe receives packets and runs its responder and completer) normally run
-/// on the way out of an interrupt, charged to nobody; when they pile up, the kernel hands them
-/// to these threads, which then take turns on the CPU with the programs that want it.
-pub fn softirq_threads() -> Result<(u64, u64)> {
-    let mut total = (0, 0);
+/// `/proc/<pid>/schedstat`: the time they ran, the time they waited runnable for a CPU (ns),
+/// and how many times they were scheduled. Softirqs (where rxe receives packets and runs its
+/// responder and completer) normally run on the way out of an interrupt, charged to nobody;
+/// when they pile up, the kernel hands them to these threads, which then take turns on the
+/// CPU with the programs that want it.
+pub fn softirq_threads() -> Result<[u64; 3]> {
+    let mut total = [0; 3];
     for e in std::fs::read_dir("/proc").or_fail("reading /proc")? {
         let Ok(e) = e else { continue };
         let dir = e.path();
@@ -318,8 +319,8 @@ pub fn softirq_threads() -> Result<(u64, u64)> {
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
             .collect();
-        if let [run, _, slices] = v[..] {
-            total = (total.0 + run, total.1 + slices);
+        if let [run, wait, slices] = v[..] {
+            total = [total[0] + run, total[1] + wait, total[2] + slices];
         }
     }
     Ok(total)
@@ -466,8 +467,8 @@ fn server(args: &Args) -> Result<bool> {
                 )?;
             }
             ["softirqd"] => {
-                let (run, slices) = softirq_threads()?;
-                oob.send_line(&format!("softirqd {run} {slices}"), OP)?;
+                let [run, wait, slices] = softirq_threads()?;
+                oob.send_line(&format!("softirqd {run} {wait} {slices}"), OP)?;
             }
             ["clock"] => {
                 let hz = lab::perf::tsc_hz(Duration::from_millis(200)).unwrap_or(0.0);
