@@ -84,9 +84,9 @@ pub struct Results {
     pub affinity: Vec<(bool, f64, f64)>,
     pub clock_ratio: f64,
     pub cpu_op: Vec<(&'static str, f64, f64, f64, f64)>,
-    /// (what, round trips, the softirq threads over them): the WRITE ping-pongs, ours and
-    /// ib_write_lat's.
-    pub softirq: Vec<(String, u64, Softirq)>,
+    /// (what, round trips, the softirq threads over them, for ours the share of one-way times
+    /// of at least 3/4 of a timer tick): the WRITE ping-pongs, ours and ib_write_lat's.
+    pub softirq: Vec<(String, u64, Softirq, Option<f64>)>,
 }
 
 /// The client's side of everything: device, buffer, the exchange stream, the connection.
@@ -492,8 +492,13 @@ fn section1(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Results) -> Resu
                 "TCP" => tcp_lat(lab, size, it),
                 "WRITE pp" => {
                     let (v, sq) = lab.with_softirq(|lab| write_pp_lat(lab, c, size, it))?;
+                    let slow = kernel_hz().filter(|hz| *hz > 0).map(|hz| {
+                        let tick = Duration::from_micros(1_000_000 / hz);
+                        let n = v.iter().filter(|d| **d * 4 >= tick * 3).count();
+                        n as f64 / v.len().max(1) as f64
+                    });
                     res.softirq
-                        .push((format!("ours: WRITE pp {size} B"), it.0 + it.1, sq));
+                        .push((format!("ours: WRITE pp {size} B"), it.0 + it.1, sq, slow));
                     Ok(v)
                 }
                 _ => rdma_lat(lab, c, op, size, it, Wait::Busy, Wait::Events),
@@ -577,7 +582,8 @@ fn section1(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Results) -> Resu
 fn softirq_table(res: &Results) {
     println!(
         "  1f: ksoftirqd (the kernel's softirq threads) during the WRITE ping-pongs, per round \
-         trip: time run, time waited runnable for the CPU, times scheduled"
+         trip: time run, time waited runnable for the CPU, times scheduled; and how many of our \
+         one-way times took about a timer tick or more"
     );
     let mut t = Table::new([
         ("ping-pong", Align::Left),
@@ -588,9 +594,10 @@ fn softirq_table(res: &Results) {
         ("ran a", Align::Left),
         ("waited a", Align::Left),
         ("scheduled a", Align::Left),
+        ("one way >= 3/4 tick", Align::Left),
     ])
     .indent(4);
-    for (what, rounds, sq) in &res.softirq {
+    for (what, rounds, sq, slow) in &res.softirq {
         let r = (*rounds).max(1);
         let mut row = vec![what.clone(), rounds.to_string()];
         for v in [sq.b, sq.a] {
@@ -598,6 +605,7 @@ fn softirq_table(res: &Results) {
             row.push(show::lat(Duration::from_nanos(v[1] / r)).to_string());
             row.push(format!("switches={:.1}", v[2] as f64 / r as f64));
         }
+        row.push(slow.map_or("-".to_string(), |x| format!("slow={:.0}%", x * 100.0)));
         t.row(row);
     }
     print!("{t}");
@@ -789,7 +797,8 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, scale: f64, res: &mut Results) ->
         let (out, sq) = lab.with_softirq(|lab| tool_pair(lab, &argv, &client, 30, &mut retries))?;
         if tool == "ib_write_lat" {
             let rounds: u64 = n.parse().unwrap_or(1);
-            res.softirq.push((format!("{tool} -s {size}"), rounds, sq));
+            res.softirq
+                .push((format!("{tool} -s {size}"), rounds, sq, None));
         }
         let sz: usize = size.parse().unwrap_or(0);
         let what = format!("{tool} {}", argv[1..].join(" "));

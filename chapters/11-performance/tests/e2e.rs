@@ -18,7 +18,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_ch11-performance");
 /// exactly below instead.
 fn redacted(text: &str) -> String {
     let labels = Regex::new(
-        r"\b(mhz|ratio|within|switches|sent|naks|retries|acks|tries|tick|hz)=[0-9A-Za-z.]+",
+        r"\b(mhz|ratio|within|switches|sent|naks|retries|acks|tries|tick|hz|slow)=[0-9A-Za-z.]+",
     )
     .unwrap();
     let text = labels.replace_all(text, "$1=[N]");
