@@ -9,7 +9,9 @@
 //!
 //! What it teaches, one section each:
 //! 1. TCP (`std::net`, `TCP_NODELAY`) against RC SEND/RECV, RDMA WRITE and RDMA READ on the
-//!    same wire, 8 B to 1 MiB, latency and bandwidth, next to the reference tools;
+//!    same wire, 8 B to 1 MiB, latency and bandwidth, next to the reference tools; and a WRITE
+//!    ping-pong measured the way perftest's `ib_write_lat` measures it (both sides spin on the
+//!    last byte of their buffer), which is what its figure is compared with;
 //! 2. batching: a chain of N work requests in one `ibv_post_send` against N calls (rxe rings
 //!    its doorbell with one `write(2)` per call: counted), selective signaling (CQEs polled),
 //!    inline data against an SGE;
