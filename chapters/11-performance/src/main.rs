@@ -9,7 +9,9 @@
 //!
 //! What it teaches, one section each:
 //! 1. TCP (`std::net`, `TCP_NODELAY`) against RC SEND/RECV, RDMA WRITE and RDMA READ on the
-//!    same wire, 8 B to 1 MiB, latency and bandwidth, next to the reference tools;
+//!    same wire, 8 B to 1 MiB, latency and bandwidth, next to the reference tools; and a WRITE
+//!    ping-pong measured the way perftest's `ib_write_lat` measures it (both sides spin on the
+//!    last byte of their buffer), which is what its figure is compared with;
 //! 2. batching: a chain of N work requests in one `ibv_post_send` against N calls (rxe rings
 //!    its doorbell with one `write(2)` per call: counted), selective signaling (CQEs polled),
 //!    inline data against an SGE;
@@ -227,14 +229,7 @@ pub fn connect_qp(
     };
     oob.send_msg(&mine, OP)?;
     let theirs = oob.recv_msg(OP)?;
-    // At path MTU 4096 the pair's emulated wire drops packets (section 4b explains why), and
-    // a 1 MiB WRITE can run out of its six retries. 7 is "retry forever" on rxe; the chapter's
-    // own deadline (OP) still ends a transfer that makes no progress, with an error.
-    let rts = match path_mtu {
-        Some(m) if m.bytes() > 1024 => rts().retry_cnt(7),
-        _ => rts(),
-    };
-    let qp = qp.bring_up(&InitAttr::default(), &rtr(&theirs, path_mtu), &rts)?;
+    let qp = qp.bring_up(&InitAttr::default(), &rtr(&theirs, path_mtu), &rts())?;
     let remote = *theirs.regions.first().ok_or("the server sent no region")?;
     Ok(Conn {
         qp,
@@ -304,6 +299,33 @@ pub fn node_cpu() -> Result<Duration> {
     })?;
     let busy: u64 = v.iter().take(8).sum::<u64>() - v[3] - v[4];
     Ok(Duration::from_millis(busy * 10))
+}
+
+/// The kernel's softirq threads on this node (`ksoftirqd/N`, one per CPU), from
+/// `/proc/<pid>/schedstat`: the time they ran, the time they waited runnable for a CPU (ns),
+/// and how many times they were scheduled. Softirqs (where rxe receives packets and runs its
+/// responder and completer) normally run on the way out of an interrupt, charged to nobody;
+/// when they pile up, the kernel hands them to these threads, which then take turns on the
+/// CPU with the programs that want it.
+pub fn softirq_threads() -> Result<[u64; 3]> {
+    let mut total = [0; 3];
+    for e in std::fs::read_dir("/proc").or_fail("reading /proc")? {
+        let Ok(e) = e else { continue };
+        let dir = e.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("ksoftirqd/") {
+            continue;
+        }
+        let st = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+        let v: Vec<u64> = st
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [run, wait, slices] = v[..] {
+            total = [total[0] + run, total[1] + wait, total[2] + slices];
+        }
+    }
+    Ok(total)
 }
 
 /// The rxe device's netdev (the interface its RoCE v2 GID lives on), from sysfs.
@@ -446,6 +468,10 @@ fn server(args: &Args) -> Result<bool> {
                     OP,
                 )?;
             }
+            ["softirqd"] => {
+                let [run, wait, slices] = softirq_threads()?;
+                oob.send_line(&format!("softirqd {run} {wait} {slices}"), OP)?;
+            }
             ["clock"] => {
                 let hz = lab::perf::tsc_hz(Duration::from_millis(200)).unwrap_or(0.0);
                 let mhz = tools::cpuinfo_mhz().unwrap_or(0.0);
@@ -485,6 +511,22 @@ fn server(args: &Args) -> Result<bool> {
                 let wait = Wait::parse(w[3]).ok_or_else(|| format!("bad wait in {line:?}"))?;
                 let c = conns.get(&0).ok_or("send-echo before qp 0")?;
                 send_echo(c, &mut mr, size, iters, wait, &mut oob)?;
+            }
+            ["write-pong", _, _, _, _] => {
+                // The answering side of the WRITE ping-pong: the client's buffer (address and
+                // rkey) comes with the request, since this QP's peer sent none.
+                let (size, rounds) = (num(1)? as usize, num(2)?);
+                let peer = RemoteRegion {
+                    addr: num(3)?,
+                    len: BUF as u64,
+                    rkey: num(4)? as u32,
+                };
+                let c = conns.get(&0).ok_or("write-pong before qp 0")?;
+                // Clear the byte this side spins on before the client may write it.
+                mr.write_from(MAX_MSG + size.max(1) - 1, &[0])?;
+                oob.send_line("ready", OP)?;
+                write_pingpong(c, &mr, peer, size, rounds, false)?;
+                oob.send_line("done", OP)?;
             }
             ["tcp-echo", _, _] => {
                 let (size, iters) = (num(1)? as usize, num(2)?);
@@ -630,3 +672,92 @@ fn send_echo(
     oob.send_line("done", OP)?;
     Ok(())
 }
+
+/// One side of an RDMA WRITE ping-pong, measured the way perftest's `ib_write_lat` measures
+/// it. Each side owns a buffer; the peer WRITEs `size` bytes into it at offset [`MAX_MSG`],
+/// and this side spins on the *last* byte of those bytes (rxe, like a NIC, places a message's
+/// packets in order, so when the last byte has changed the whole message has landed). There
+/// is no completion on the target of a WRITE: the spin is the only way it learns.
+///
+/// Round `i` (1, 2, ...): the side that `starts` puts `i` in the last byte of its outgoing
+/// bytes, posts the WRITE (signaled), busy-polls its send CQ for the WRITE's completion, then
+/// spins until its own buffer's last byte is `i` (the peer's reply). The other side does the
+/// same in the other order: spin for `i`, then write `i` back. So one round is one round trip;
+/// the starter returns each round's time (the other side an empty list).
+///
+/// The spin is a plain loop on a volatile read, like perftest's `while (*poll_buf != rcnt)`;
+/// it looks at the clock every [`SPIN_CHECK`] reads only, so that the deadline ([`OP`]) does
+/// not make it a different loop from perftest's.
+pub fn write_pingpong(
+    c: &Conn,
+    mr: &MemoryRegion,
+    peer: RemoteRegion,
+    size: usize,
+    rounds: u64,
+    starts: bool,
+) -> Result<Vec<Duration>> {
+    let size = size.max(1);
+    let sge = [mr.sge(0..size)];
+    let post_byte = size - 1;
+    let poll_byte = MAX_MSG + size - 1;
+    let mut wc = [WorkCompletion::default()];
+    let mut rounds_ns = Vec::with_capacity(rounds as usize);
+    let spin_for = |want: u8| -> Result<()> {
+        let start = Instant::now();
+        let mut b = [0u8];
+        let mut spins = 0u32;
+        loop {
+            mr.read_into(poll_byte, &mut b)?;
+            if b[0] == want {
+                return Ok(());
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(SPIN_CHECK) && start.elapsed() > OP {
+                return Err(format!(
+                    "WRITE ping-pong: waited {OP:?} for byte {want} at offset {poll_byte} (it \
+                     holds {})",
+                    b[0]
+                )
+                .into());
+            }
+        }
+    };
+    let post = |i: u8, wc: &mut [WorkCompletion]| -> Result<()> {
+        mr.write_from(post_byte, &[i])?;
+        c.qp.post_send_one(SendWr::write(
+            5,
+            &sge,
+            peer.addr + MAX_MSG as u64,
+            peer.rkey,
+        ))?;
+        // perftest's `do { ne = ibv_poll_cq(...) } while (ne == 0)`: no pause hint, the clock
+        // only every SPIN_CHECK polls.
+        let start = Instant::now();
+        let mut polls = 0u32;
+        while c.scq.poll_into(wc)? == 0 {
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(SPIN_CHECK) && start.elapsed() > OP {
+                return Err(format!("WRITE ping-pong: no completion within {OP:?}").into());
+            }
+        }
+        wc[0].ok()?;
+        Ok(())
+    };
+    for round in 1..=rounds {
+        // The byte counts 1, 2, ... 255, 0, 1, ...: never the value the round before left.
+        let i = round as u8;
+        if starts {
+            let t = Instant::now();
+            post(i, &mut wc)?;
+            spin_for(i)?;
+            rounds_ns.push(t.elapsed());
+        } else {
+            spin_for(i)?;
+            post(i, &mut wc)?;
+        }
+    }
+    Ok(rounds_ns)
+}
+
+/// How many spins of [`write_pingpong`] between two looks at the clock.
+const SPIN_CHECK: u32 = 4096;

@@ -27,7 +27,13 @@ pub fn write_all(dir: &Path, res: &Results) -> Result<Vec<(String, Vec<String>)>
 
 type Plot = std::result::Result<Vec<String>, Box<dyn std::error::Error>>;
 
-const COLOURS: [RGBColor; 4] = [RED, BLUE, RGBColor(0, 140, 0), MAGENTA];
+const COLOURS: [RGBColor; 5] = [
+    RED,
+    BLUE,
+    RGBColor(0, 140, 0),
+    RGBColor(230, 140, 0),
+    MAGENTA,
+];
 
 fn latency(path: &Path, res: &Results) -> Plot {
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
@@ -54,7 +60,10 @@ fn latency(path: &Path, res: &Results) -> Plot {
         .y_desc("latency (us)")
         .draw()?;
     let mut names = vec![];
-    for (i, op) in ["TCP", "SEND", "WRITE", "READ"].into_iter().enumerate() {
+    for (i, op) in ["TCP", "SEND", "WRITE", "WRITE pp", "READ"]
+        .into_iter()
+        .enumerate()
+    {
         let pts: Vec<(f64, f64)> = res
             .lat
             .iter()

@@ -29,9 +29,9 @@ fn texts(file: &str) -> Vec<String> {
 }
 
 #[test]
-fn latency_plot_has_the_four_transports() {
+fn latency_plot_has_the_four_transports_and_the_write_ping_pong() {
     let t = texts("latency-vs-size.svg");
-    for series in ["TCP", "SEND", "WRITE", "READ"] {
+    for series in ["TCP", "SEND", "WRITE", "WRITE pp", "READ"] {
         assert!(t.iter().any(|s| s == series), "no {series} in {t:?}");
     }
     assert!(t.iter().any(|s| s == "message size (bytes)"), "{t:?}");
