@@ -25,12 +25,12 @@ mod runner {
 
 use proto::{Reply, Request};
 use runner::{Runner, Sink};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::collections::HashMap;
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -86,7 +86,11 @@ fn serve_host_requests() -> Result<(), String> {
                 let d = desk();
                 let sink = d.sink.lock().unwrap().clone();
                 let (Some(sink), Ok(keep)) = (sink, s.try_clone()) else {
-                    answer(s, false, "the lab's host is not connected to this VM's agent");
+                    answer(
+                        s,
+                        false,
+                        "the lab's host is not connected to this VM's agent",
+                    );
                     return;
                 };
                 let id = d.next.fetch_add(1, Ordering::Relaxed);
@@ -321,7 +325,9 @@ fn sh(prog: &str, args: &[&str], stdin: Option<&str>) -> Result<(), String> {
         i.write_all(input.as_bytes())
             .map_err(|e| format!("{prog}: {e}"))?;
     }
-    let out = child.wait_with_output().map_err(|e| format!("{prog}: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{prog}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -351,7 +357,11 @@ fn setup_network() -> Result<(), String> {
                 .to_string(),
         ),
         "a" | "b" => {
-            let ip = if node == "a" { "10.77.0.1" } else { "10.77.0.2" };
+            let ip = if node == "a" {
+                "10.77.0.1"
+            } else {
+                "10.77.0.2"
+            };
             let dev = find_netdev_by_mac(if node == "a" {
                 "52:54:00:00:00:0a"
             } else {
@@ -416,7 +426,11 @@ fn quick_net(batch: &str) -> Result<(), String> {
         argv.extend_from_slice(args);
         let r = sh(BUSYBOX, &argv, None);
         if trace {
-            eprintln!("lab-agent: ip {} ({} ms)", args.join(" "), t.elapsed().as_millis());
+            eprintln!(
+                "lab-agent: ip {} ({} ms)",
+                args.join(" "),
+                t.elapsed().as_millis()
+            );
         }
         r
     };

@@ -5,9 +5,10 @@
 //! and multiplexes it: a reader thread routes each reply to the command it names.
 //!
 //! All clones of a `Conn` share one slot: [`Conn::replace`] points every clone at a new
-//! connection (a node restarted by `cargo lab fault restart <node>` gets a new VM and agent, and the
-//! daemon's relays, the heartbeat and the tests carry on with it). A Conn can also serve
-//! requests to the lab's owner ([`Conn::serve_host`]) and send them ([`Conn::host_request`]).
+//! connection. A node restarted by `cargo lab fault restart <node>` gets a new VM and agent,
+//! and the daemon's relays, the heartbeat and the tests carry on with it. A Conn can also
+//! serve requests to the lab's owner ([`Conn::serve_host`]) and send them
+//! ([`Conn::host_request`]).
 
 use crate::proto::{self, ExitStatus, Reply, Request, RunRequest};
 use crate::runner::Runner;
