@@ -7,6 +7,7 @@ pub mod deregistered_region;
 pub mod flush_on_error;
 pub mod memlock;
 pub mod mtu_too_large;
+pub mod on_the_wire;
 pub mod out_of_bounds;
 pub mod peer_gone;
 pub mod post_before_rts;

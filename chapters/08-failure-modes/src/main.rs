@@ -24,6 +24,10 @@
 //! cargo lab exec -n b -- target/debug/ch08-failure-modes mtu-too-large --connect 10.77.0.1  # terminal 2: node b
 //! ```
 //!
+//! `bad-rkey` and `rnr-retry-exceeded` have a pair half too (`--serve` on node a,
+//! `--connect 10.77.0.1` on node b; `cases/on_the_wire.rs`): there the responder's NAK crosses
+//! the wire, and `tests/wire.rs` records it.
+//!
 //! Layout: `cases/` holds one file per case (read them in the order of `--list`);
 //! `report.rs` prints and checks; `rig.rs` is the plumbing (open, connect two QPs, wait with
 //! a deadline) that earlier chapters did by hand.
@@ -163,7 +167,8 @@ Examples:
   ch08-failure-modes bad-rkey                                  one case
   ch08-failure-modes --list                                    the cases, one line each
   ch08-failure-modes mtu-too-large --serve [--port N]          node a of the pair
-  ch08-failure-modes mtu-too-large --connect <addr> [--port N] node b of the pair"
+  ch08-failure-modes mtu-too-large --connect <addr> [--port N] node b of the pair
+  (bad-rkey and rnr-retry-exceeded take --serve and --connect too: their NAKs on a wire)"
 )]
 struct Args {
     /// A case (see --list), or `all` for every case in order
@@ -172,13 +177,13 @@ struct Args {
     /// List the cases, one line each
     #[arg(long, conflicts_with = "case")]
     list: bool,
-    /// mtu-too-large only: serve node a of the pair topology
+    /// mtu-too-large, bad-rkey, rnr-retry-exceeded: serve node a of the pair topology
     #[arg(long, conflicts_with = "connect")]
     serve: bool,
-    /// mtu-too-large only: connect to node a at <addr> (node b of the pair)
+    /// mtu-too-large, bad-rkey, rnr-retry-exceeded: connect to node a at <addr> (node b)
     #[arg(long, value_name = "addr")]
     connect: Option<String>,
-    /// mtu-too-large only: the TCP port of the exchange [default: 18508]
+    /// with --serve or --connect: the TCP port of the exchange [default: 18508]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
     /// Hidden: the memlock case re-runs this program as its own child (see cases/memlock.rs).
@@ -191,9 +196,25 @@ enum Command {
     List,
     All,
     One(&'static Case),
-    MtuServe { port: u16 },
-    MtuConnect { addr: String, port: u16 },
-    MemlockChild { who: String },
+    MtuServe {
+        port: u16,
+    },
+    MtuConnect {
+        addr: String,
+        port: u16,
+    },
+    WireServe {
+        case: cases::on_the_wire::WireCase,
+        port: u16,
+    },
+    WireConnect {
+        case: cases::on_the_wire::WireCase,
+        addr: String,
+        port: u16,
+    },
+    MemlockChild {
+        who: String,
+    },
 }
 
 /// What clap cannot check by itself: the case name, and options that only mtu-too-large takes.
@@ -209,7 +230,9 @@ fn command(a: Args) -> Result<Command, String> {
     if name == "all" {
         if has_options {
             return Err(
-                "all takes no options; only mtu-too-large has --serve/--connect/--port".into(),
+                "all takes no options; only mtu-too-large, bad-rkey and rnr-retry-exceeded have \
+                 --serve/--connect/--port"
+                    .into(),
             );
         }
         return Ok(Command::All);
@@ -217,20 +240,24 @@ fn command(a: Args) -> Result<Command, String> {
     let case = CASES.iter().find(|c| c.name == name).ok_or_else(|| {
         format!("unknown case {name:?}; `ch08-failure-modes --list` shows the cases")
     })?;
-    if case.name != "mtu-too-large" {
+    let wire = cases::on_the_wire::WireCase::of(case.name);
+    if case.name != "mtu-too-large" && wire.is_none() {
         if has_options {
             return Err(format!(
-                "case {} takes no options; only mtu-too-large has --serve/--connect/--port",
+                "case {} takes no options; only mtu-too-large, bad-rkey and rnr-retry-exceeded \
+                 have --serve/--connect/--port",
                 case.name
             ));
         }
         return Ok(Command::One(case));
     }
     let port = a.port.unwrap_or(cases::mtu_too_large::DEFAULT_PORT);
-    match (a.serve, a.connect) {
-        (true, None) => Ok(Command::MtuServe { port }),
-        (false, Some(addr)) => Ok(Command::MtuConnect { addr, port }),
-        (false, None) if a.port.is_some() => Err("--port needs --serve or --connect".into()),
+    match (a.serve, a.connect, wire) {
+        (true, None, Some(case)) => Ok(Command::WireServe { case, port }),
+        (false, Some(addr), Some(case)) => Ok(Command::WireConnect { case, addr, port }),
+        (true, None, None) => Ok(Command::MtuServe { port }),
+        (false, Some(addr), None) => Ok(Command::MtuConnect { addr, port }),
+        (false, None, _) if a.port.is_some() => Err("--port needs --serve or --connect".into()),
         _ => Ok(Command::One(case)),
     }
 }
@@ -323,6 +350,10 @@ fn main() -> ExitCode {
         }
         Command::MtuServe { port } => run_role(cases::mtu_too_large::serve(port)),
         Command::MtuConnect { addr, port } => run_role(cases::mtu_too_large::connect(&addr, port)),
+        Command::WireServe { case, port } => run_role(cases::on_the_wire::serve(case, port)),
+        Command::WireConnect { case, addr, port } => {
+            run_role(cases::on_the_wire::connect(case, &addr, port))
+        }
         Command::MemlockChild { who } => cases::memlock::child(&who),
     };
     if ok {

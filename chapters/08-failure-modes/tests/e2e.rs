@@ -193,7 +193,7 @@ fn cli_list() {
 #[rstest]
 #[case::no_arguments(&[], "the following required arguments were not provided")]
 #[case::unknown_case(&["nope"], "unknown case \"nope\"; `ch08-failure-modes --list` shows the cases")]
-#[case::option_on_other_case(&["bad-rkey", "--serve"], "case bad-rkey takes no options")]
+#[case::option_on_other_case(&["peer-gone", "--serve"], "case peer-gone takes no options")]
 #[case::connect_without_address(&["mtu-too-large", "--connect"], "a value is required for '--connect <addr>'")]
 #[case::serve_and_connect(&["mtu-too-large", "--serve", "--connect", "x"], "cannot be used with")]
 #[case::bad_port(&["mtu-too-large", "--serve", "--port", "http"], "invalid value 'http' for '--port <N>'")]

@@ -263,7 +263,7 @@ pub fn connect(addr: &str, port: u16) -> R<bool> {
     finish(&r, "mtu-too-large --connect")
 }
 
-fn finish(r: &Report, what: &str) -> R<bool> {
+pub(crate) fn finish(r: &Report, what: &str) -> R<bool> {
     if r.mismatches().is_empty() {
         println!(
             "result: {what}: as recorded for rxe ({})",
