@@ -1277,7 +1277,18 @@ fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
     println!("step 5: RDMA WRITE of block 0 again, toward a QP that no longer exists");
     let t = Instant::now();
     let mut ok = true;
-    match pool.write(0, 0, &data) {
+    // The server's process is gone, but its kernel may not have torn its QP down yet: in the
+    // exit path the TCP socket can close before the RDMA device's file, and a WRITE that lands
+    // in between is still acknowledged (seen with both roles on one device). So try again,
+    // 100 ms apart, until one fails, within 10 s.
+    let until = Instant::now() + Duration::from_secs(10);
+    let outcome = loop {
+        match pool.write(0, 0, &data) {
+            Ok(()) if Instant::now() < until => std::thread::sleep(Duration::from_millis(100)),
+            other => break other,
+        }
+    };
+    match outcome {
         Err(Error::Completion { wc }) if wc.status == WcStatus::RetryExcErr => {
             println!(
                 "  completion status: {} after {}",
