@@ -13,6 +13,7 @@
 //! * `docs_svgs_are_current`: docs/wire/*.svg are what the trace command's `--update-docs` writes.
 
 use harness::wire::decode::{AckKind, Packet, decode_pcap, opcode_name};
+use harness::wire::ladder::ops;
 use harness::wire::{docs, ladder};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
@@ -272,12 +273,6 @@ fn ladder_text(#[case] name: &str) {
     insta::with_settings!({ snapshot_suffix => name.trim_end_matches(".pcap") }, {
         insta::assert_snapshot!("ladder", text);
     });
-}
-
-fn ops(ps: &[Packet]) -> Vec<String> {
-    ps.iter()
-        .map(|p| format!("{} {}", p.dir.arrow(), opcode_name(p.opcode)))
-        .collect()
 }
 
 #[test]

@@ -34,7 +34,11 @@ impl fmt::Display for HostError {
                 "this needs the microVM lab's host (LAB_HOST is not set: not inside a lab VM); \
                  run it with `LAB_PROVIDER=vm cargo lab run ...`"
             ),
-            HostError::Io(e) => write!(f, "talking to the lab's host: {e}"),
+            HostError::Io(e) => write!(
+                f,
+                "talking to the lab's host: {e} (the lab VM's agent serves LAB_HOST; `cargo lab \
+                 status` shows whether the lab is up)"
+            ),
             HostError::Refused(why) => write!(f, "the lab's host refused: {why}"),
         }
     }

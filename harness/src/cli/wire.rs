@@ -80,6 +80,15 @@ fn running_pair_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// "a", "b" or "a and b".
+fn names(nodes: &[Node]) -> String {
+    nodes
+        .iter()
+        .map(|n| n.name())
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
 fn nodes_of(n: Option<Node>) -> Vec<Node> {
     match n {
         Some(n) => vec![n],
@@ -186,22 +195,14 @@ pub(super) fn fault(
             println!(
                 "{} on RoCE (UDP 4791) sent by node {}",
                 i.netem_args(),
-                nodes_of(node)
-                    .iter()
-                    .map(|n| n.name())
-                    .collect::<Vec<_>>()
-                    .join(" and ")
+                names(&nodes_of(node))
             );
         }
         "partition" => {
             f::partition(&lab, &nodes_of(node))?;
             println!(
                 "partition: everything sent by node {} is lost",
-                nodes_of(node)
-                    .iter()
-                    .map(|n| n.name())
-                    .collect::<Vec<_>>()
-                    .join(" and ")
+                names(&nodes_of(node))
             );
         }
         "heal" => {

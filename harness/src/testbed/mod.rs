@@ -28,6 +28,7 @@ mod relay;
 pub use native::*;
 use owner::Owner;
 pub use owner::{generation, killed_marker};
+pub use relay::lost_in_relay;
 use relay::relay;
 
 /// Which provider a lab uses.

@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// How the relay reports a command lost with its VM (its client sees an exit that could not
+/// start, whose message begins with this).
+const LOST: &str = "lab lost";
+
+/// Is this the exit the relay reports for a command lost with its VM (see [`LOST`])?
+pub fn lost_in_relay(status: &proto::ExitStatus) -> bool {
+    matches!(status, proto::ExitStatus::SpawnFailed(m) if m.starts_with(LOST))
+}
+
 /// One client of the daemon: its commands run on `conn` under fresh ids; replies come back
 /// under the client's ids; its commands are killed when it disconnects.
 ///
@@ -87,7 +96,7 @@ pub(super) fn relay(
                             ids2.lock().unwrap().remove(&cid);
                             Reply::Exit {
                                 id: cid,
-                                status: proto::ExitStatus::SpawnFailed(format!("lab lost: {why}")),
+                                status: proto::ExitStatus::SpawnFailed(format!("{LOST}: {why}")),
                             }
                         }
                     };

@@ -85,11 +85,11 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
         .collect();
     let gen_of = |n: Node| lab.dir.as_ref().map(|d| generation(d, n)).unwrap_or(0);
     // Was this event the loss of a role whose node someone killed on purpose? (An attached
-    // lab's relay reports a lost command as an exit that could not start, "lab lost: ...".)
+    // lab's relay reports a lost command as an exit: `lost_in_relay`.)
     let lost_on_purpose = |st: &[RoleState], i: usize, ev: &Event| -> bool {
         let lost = match ev {
             Event::Lost(_) => true,
-            Event::Exit(ExitStatus::SpawnFailed(m)) => m.starts_with("lab lost"),
+            Event::Exit(s) => crate::testbed::lost_in_relay(s),
             _ => false,
         };
         let n = roles[i].node;

@@ -37,10 +37,7 @@ impl Traced {
 
     /// The opcode names in wire order, with their direction (`a -> b RDMA_WRITE_ONLY`).
     pub fn ops(&self) -> Vec<String> {
-        self.packets
-            .iter()
-            .map(|p| format!("{} {}", p.dir.arrow(), wire::decode::opcode_name(p.opcode)))
-            .collect()
+        wire::ladder::ops(&self.packets)
     }
 }
 

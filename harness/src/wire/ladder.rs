@@ -84,6 +84,15 @@ fn fmt_us(us: f64) -> String {
     }
 }
 
+/// The opcode names in wire order, with their direction (`a -> b RDMA_WRITE_ONLY`): what
+/// tests compare a trace's shape with.
+pub fn ops(packets: &[Packet]) -> Vec<String> {
+    packets
+        .iter()
+        .map(|p| format!("{} {}", p.dir.arrow(), opcode_name(p.opcode)))
+        .collect()
+}
+
 /// The ladder as text, one line per packet: direction, opcode (padded to the widest), fields.
 pub fn text(packets: &[Packet]) -> String {
     let w = packets
