@@ -16,7 +16,10 @@
 #   scripts/setup.sh --book     what `cargo lab book` needs: graphviz (the diagrams) and the pinned
 #                               mdbook, built from crates.io (`cargo install --locked`) into the
 #                               project's cache dir; included in --dev
-#   scripts/setup.sh --env      print LIBCLANG_PATH=... for the libclang rdma-sys must use (<= 15),
+#   scripts/setup.sh --old-libclang  also a libclang 15 or older, where the distribution ships one:
+#                               what a crate on rdma-sys 0.3 from crates.io (bindgen 0.59) needs;
+#                               this repository does not (vendor/rdma-sys)
+#   scripts/setup.sh --env      print LIBCLANG_PATH=... for an installed libclang 15 or older,
 #                               install nothing; e.g. `export "$(scripts/setup.sh --env)"`, or in
 #                               GitHub Actions `scripts/setup.sh --env >> "$GITHUB_ENV"`
 #
@@ -29,22 +32,23 @@
 # PIP_FIND_LINKS, PIP_NO_INDEX) pass through to pip.
 set -euo pipefail
 
-want_vm=0; want_native=0; want_dev=0; want_book=0; print_only=0; env_only=0
+want_vm=0; want_old_clang=0; want_native=0; want_dev=0; want_book=0; print_only=0; env_only=0
 for a in "$@"; do
   case "$a" in
     --vm) want_vm=1 ;;
     --native) want_native=1 ;;
     --dev) want_dev=1; want_book=1 ;;
     --book) want_book=1 ;;
+    --old-libclang) want_old_clang=1 ;;
     --print) print_only=1 ;;
     --env) env_only=1 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 # Userspace verbs, the rxe provider, the reference tools the course compares against, and what
-# rdma-sys needs to build (pkg-config, libclang for bindgen 0.59: at most version 15).
+# rdma-sys needs to build (pkg-config; libclang below).
 pkgs=(rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
       perftest pkg-config iproute2 gcc)
 # The measuring and wire tools chapters 11 and 13 run beside the course's own programs: qperf,
@@ -54,33 +58,37 @@ pkgs+=(qperf sockperf iperf3 strace tshark tcpdump)
 
 # shellcheck source=/dev/null
 . /etc/os-release 2>/dev/null || true
-# bindgen 0.59 (inside rdma-sys 0.3) panics with libclang >= 16: pick a version <= 15 the
-# distribution ships. Debian 12's default libclang-dev is 14.
-clang_pkg=libclang-dev
-clang_ver=
-if command -v apt-cache >/dev/null 2>&1; then
-  default_clang=$(apt-cache depends libclang-dev 2>/dev/null | sed -n 's/.*Depends: libclang-\([0-9]*\)-dev.*/\1/p' | head -1)
-  clang_ver=${default_clang:-}
-  if [ -n "${default_clang:-}" ] && [ "$default_clang" -gt 15 ]; then
+# libclang for bindgen. The workspace builds rdma-sys 0.3.0 with a current bindgen
+# (vendor/rdma-sys), which works with every libclang a distribution ships (14 to 22): the
+# distribution's default libclang-dev does.
+pkgs+=(libclang-dev)
+
+# --old-libclang / --env: a crate that uses rdma-sys 0.3 from crates.io (bindgen 0.59) needs
+# libclang 15 or older, and bindgen's loader picks the newest installed: LIBCLANG_PATH pins one.
+old_clang_ver=
+for v in 15 14 13; do
+  if [ -d "/usr/lib/llvm-$v/lib" ] && compgen -G "/usr/lib/llvm-$v/lib/libclang*.so*" >/dev/null; then
+    old_clang_ver=$v; break
+  fi
+done
+if [ "$want_old_clang" = 1 ] && [ -z "$old_clang_ver" ]; then
+  if command -v apt-cache >/dev/null 2>&1; then
     for v in 15 14 13; do
-      if apt-cache show "libclang-$v-dev" >/dev/null 2>&1; then clang_pkg="libclang-$v-dev"; clang_ver=$v; break; fi
+      if apt-cache show "libclang-$v-dev" >/dev/null 2>&1; then pkgs+=("libclang-$v-dev"); old_clang_ver=$v; break; fi
     done
   fi
-fi
-pkgs+=("$clang_pkg")
-
-# Other, newer libclangs may be installed too (GitHub's runner images carry several) and
-# bindgen's loader would pick the newest: LIBCLANG_PATH pins the one chosen above.
-libclang_dir=
-[ -n "$clang_ver" ] && [ -d "/usr/lib/llvm-$clang_ver/lib" ] && libclang_dir="/usr/lib/llvm-$clang_ver/lib"
-if [ "$env_only" = 1 ]; then
-  if [ -n "$libclang_dir" ]; then
-    echo "LIBCLANG_PATH=$libclang_dir"
-  else
-    echo "setup.sh: libclang ${clang_ver:-(version unknown)} is not installed yet: run scripts/setup.sh first" >&2
+  if [ -z "$old_clang_ver" ]; then
+    echo "setup.sh: ${PRETTY_NAME:-this distribution} ships no libclang 15 or older; a crate on rdma-sys 0.3 from crates.io cannot build here: patch it as rxe-lab does ([patch.crates-io] rdma-sys = { path = \"vendor/rdma-sys\" }, vendor/rdma-sys/README.md)" >&2
     exit 1
   fi
-  exit 0
+fi
+if [ "$env_only" = 1 ]; then
+  if [ -n "$old_clang_ver" ] && compgen -G "/usr/lib/llvm-$old_clang_ver/lib/libclang*.so*" >/dev/null; then
+    echo "LIBCLANG_PATH=/usr/lib/llvm-$old_clang_ver/lib"
+    exit 0
+  fi
+  echo "setup.sh: no libclang 15 or older is installed (this repository does not need one; rdma-sys 0.3 from crates.io does): scripts/setup.sh --old-libclang installs one where the distribution ships it" >&2
+  exit 1
 fi
 
 if [ "$want_dev" = 1 ]; then
@@ -228,8 +236,8 @@ if [ "$want_vm" = 1 ] && [ "${ID:-}" = ubuntu ]; then
   done
 fi
 
-if [ -n "$libclang_dir" ] && [ "${LIBCLANG_PATH:-}" != "$libclang_dir" ] && [ "${clang_ver:-0}" != "${default_clang:-}" ]; then
-  echo "setup: rdma-sys needs libclang <= 15: export LIBCLANG_PATH=$libclang_dir"
+if [ "$want_old_clang" = 1 ] && [ -n "$old_clang_ver" ]; then
+  echo "setup: for rdma-sys 0.3 from crates.io: export LIBCLANG_PATH=/usr/lib/llvm-$old_clang_ver/lib"
 fi
 
 if [ "$want_native" = 1 ]; then

@@ -5,9 +5,16 @@ use std::collections::{HashMap, HashSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-/// The modules the lab VM loads (their dependencies are added from modules.dep):
-/// virtio transport and console (the agent's port), 9p + overlay (the host's root),
-/// veth (loopback) or virtio_net (pair), rdma_rxe, and rdma_ucm for the rdma_cm chapter.
+/// The modules the lab VM loads (their dependencies are added from modules.dep): virtio
+/// transport and console (the agent's port), 9p + overlay (the host's root), veth (loopback) or
+/// virtio_net (pair), rdma_rxe, and rdma_ucm for the rdma_cm chapter.
+///
+/// A name is a module or an alias of modules.alias; one that starts with `?` is optional: a
+/// kernel without it boots without it. rxe asks the crypto API for "crc32" when a link is
+/// added. Without the crc32 modules loaded first, the kernel runs modprobe from the host's tree
+/// over 9p, which took 1-3 s of `rdma link add`. They are named by their alias
+/// `crypto-crc32`, because the file names changed: 6.1 has crc32_pclmul and crc32_generic,
+/// 6.14 dropped crc32_pclmul, and 6.16 renamed crc32_generic to crc32-cryptoapi.
 pub const LOOPBACK_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_console",
@@ -17,10 +24,7 @@ pub const LOOPBACK_MODULES: &[&str] = &[
     "veth",
     "rdma_rxe",
     "rdma_ucm",
-    // rxe asks the crypto API for "crc32" when a link is added: without these the kernel runs
-    // modprobe from the host's tree over 9p, which took 1-3 s of `rdma link add`.
-    "crc32_pclmul",
-    "crc32_generic",
+    "?crypto-crc32",
 ];
 pub const PAIR_MODULES: &[&str] = &[
     "virtio_pci",
@@ -31,10 +35,7 @@ pub const PAIR_MODULES: &[&str] = &[
     "virtio_net",
     "rdma_rxe",
     "rdma_ucm",
-    // rxe asks the crypto API for "crc32" when a link is added: without these the kernel runs
-    // modprobe from the host's tree over 9p, which took 1-3 s of `rdma link add`.
-    "crc32_pclmul",
-    "crc32_generic",
+    "?crypto-crc32",
 ];
 
 /// An installed kernel: its image and its module tree.
@@ -125,30 +126,113 @@ pub fn find_kernel_in(boot: &Path, modules_root: &Path) -> Result<Kernel> {
     })
 }
 
-/// The kernel the VM boots: `LAB_KERNEL=/path/vmlinuz-<ver>` forces one, else the newest
-/// installed kernel with rdma_rxe.
+static OVERRIDE: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+
+/// `--kernel K`: this process boots `k`, and its children get `LAB_KERNEL` (see [`child_env`]).
+pub fn set_override(k: Kernel) {
+    let _ = OVERRIDE.set(k);
+}
+
+/// `LAB_KERNEL` for a child process (a lab daemon, `cargo test`) when `--kernel` chose one.
+pub fn child_env() -> Option<(&'static str, PathBuf)> {
+    OVERRIDE.get().map(|k| ("LAB_KERNEL", k.image.clone()))
+}
+
+/// The directories module trees live in: `/lib/modules`, and `/usr/lib/modules` on a merged-/usr
+/// system whose `/lib` is not a link to it (Debian's 7.x kernel packages install there).
+pub const MODULE_ROOTS: &[&str] = &["/lib/modules", "/usr/lib/modules"];
+
+/// The module tree of kernel `ver` whose image is `image`: beside the image
+/// (`<root>/usr/lib/modules/<ver>/vmlinuz`, the layout of Debian's 7.x `linux-binary-*`), in the
+/// same unpacked root as the image (`<root>/boot/vmlinuz-<ver>` with `<root>/lib/modules/<ver>`
+/// or `<root>/usr/lib/modules/<ver>`), else the host's.
+pub fn modules_for_image(image: &Path, ver: &str) -> Option<PathBuf> {
+    let mut cands = vec![];
+    if let Some(dir) = image.parent() {
+        cands.push(dir.to_path_buf());
+        if let Some(root) = dir.parent() {
+            cands.push(root.join("lib/modules").join(ver));
+            cands.push(root.join("usr/lib/modules").join(ver));
+        }
+    }
+    cands.extend(MODULE_ROOTS.iter().map(|r| Path::new(r).join(ver)));
+    cands.into_iter().find(|m| has_rxe(m))
+}
+
+/// The kernel version an image's file name or place says: `vmlinuz-<ver>`, or
+/// `.../modules/<ver>/vmlinuz`.
+pub fn image_version(image: &Path) -> String {
+    let name = image
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(v) = name.strip_prefix("vmlinuz-") {
+        return v.to_string();
+    }
+    image
+        .parent()
+        .and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or(name)
+}
+
+/// The kernel the VM boots: `LAB_KERNEL=/path/vmlinuz-<ver>` (or `.../modules/<ver>/vmlinuz`)
+/// forces one, else the newest installed kernel with rdma_rxe.
 pub fn find_kernel() -> Result<Kernel> {
+    if let Some(k) = OVERRIDE.get() {
+        return Ok(k.clone());
+    }
     if let Some(img) = std::env::var_os("LAB_KERNEL") {
         let image = PathBuf::from(img);
-        let name = image
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let ver = name.strip_prefix("vmlinuz-").unwrap_or(&name).to_string();
-        let modules = Path::new("/lib/modules").join(&ver);
-        if !image.is_file() || !has_rxe(&modules) {
+        let ver = image_version(&image);
+        if !image.is_file() {
             bail!(
-                "LAB_KERNEL={} needs the image and /lib/modules/{ver} with rdma_rxe",
+                "LAB_KERNEL={}: no such kernel image (`cargo lab kernel list` shows the kernels \
+                 the lab can boot)",
                 image.display()
             );
         }
+        let Some(modules) = modules_for_image(&image, &ver) else {
+            bail!(
+                "LAB_KERNEL={} needs a module tree for {ver} with rdma_rxe (beside the image, \
+                 or in /lib/modules/{ver} or /usr/lib/modules/{ver})",
+                image.display()
+            );
+        };
         return Ok(Kernel {
             version: ver,
             image,
             modules,
         });
     }
-    find_kernel_in(Path::new("/boot"), Path::new("/lib/modules"))
+    let mut found = vec![];
+    let mut first_err = None;
+    for root in MODULE_ROOTS {
+        match find_kernel_in(Path::new("/boot"), Path::new(root)) {
+            Ok(k) => found.push(k),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+        // merged /usr: the image may sit in the module tree itself.
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let image = e.path().join("vmlinuz");
+                if image.is_file() && has_rxe(&e.path()) {
+                    found.push(Kernel {
+                        version: e.file_name().to_string_lossy().into_owned(),
+                        image,
+                        modules: e.path(),
+                    });
+                }
+            }
+        }
+    }
+    found.sort_by_key(|k| version_key(&k.version));
+    match found.pop() {
+        Some(k) => Ok(k),
+        None => Err(first_err.unwrap_or_else(|| anyhow::anyhow!("no kernel with rdma_rxe found"))),
+    }
 }
 
 /// `kernel/net/9p/9pnet_virtio.ko.zst` -> `9pnet_virtio` (dashes become underscores, as
@@ -164,6 +248,9 @@ pub fn module_name(path: &str) -> String {
 pub struct ModuleDeps {
     entries: HashMap<String, (String, Vec<String>)>,
     builtin: HashSet<String>,
+    /// modules.alias: alias -> the modules that provide it (exact aliases only; the lab names
+    /// none with wildcards).
+    aliases: HashMap<String, Vec<String>>,
 }
 
 impl ModuleDeps {
@@ -187,24 +274,72 @@ impl ModuleDeps {
             .map(|l| module_name(l.trim()))
             .filter(|n| !n.is_empty())
             .collect();
-        ModuleDeps { entries, builtin }
+        ModuleDeps {
+            entries,
+            builtin,
+            aliases: HashMap::new(),
+        }
+    }
+
+    /// Adds modules.alias (`alias <name> <module>` lines).
+    pub fn with_aliases(mut self, alias: &str) -> ModuleDeps {
+        for line in alias.lines() {
+            let mut w = line.split_whitespace();
+            if let (Some("alias"), Some(name), Some(module)) = (w.next(), w.next(), w.next()) {
+                self.aliases
+                    .entry(name.to_string())
+                    .or_default()
+                    .push(module_name(module));
+            }
+        }
+        self
     }
 
     pub fn load(modules: &Path) -> Result<ModuleDeps> {
         let dep = std::fs::read_to_string(modules.join("modules.dep"))
             .with_context(|| format!("reading {}/modules.dep", modules.display()))?;
         let builtin = std::fs::read_to_string(modules.join("modules.builtin")).ok();
-        Ok(ModuleDeps::parse(&dep, builtin.as_deref()))
+        let alias = std::fs::read_to_string(modules.join("modules.alias")).unwrap_or_default();
+        Ok(ModuleDeps::parse(&dep, builtin.as_deref()).with_aliases(&alias))
     }
 
-    /// Paths (relative to the module tree) to load, dependencies first, each once. Modules
-    /// built into the kernel are skipped; unknown modules are an error.
+    /// Paths (relative to the module tree) to load, dependencies first, each once. A wanted
+    /// name is a module, or an alias (every module that provides it, as modprobe does); `?name`
+    /// is optional. Modules built into the kernel are skipped; an unknown required module is an
+    /// error that names it, an unknown optional one is left out.
     pub fn load_order(&self, wanted: &[&str]) -> Result<Vec<String>> {
         let mut order = vec![];
         let mut done = HashSet::new();
         let mut visiting = HashSet::new();
         for w in wanted {
-            self.visit(&module_name(w), &mut order, &mut done, &mut visiting)?;
+            let (optional, w) = match w.strip_prefix('?') {
+                Some(rest) => (true, rest),
+                None => (false, *w),
+            };
+            let name = module_name(w);
+            if self.entries.contains_key(&name) || self.builtin.contains(&name) {
+                self.visit(&name, &mut order, &mut done, &mut visiting)?;
+                continue;
+            }
+            let providers: Vec<&String> = self
+                .aliases
+                .get(w)
+                .into_iter()
+                .flatten()
+                .filter(|m| self.entries.contains_key(*m) || self.builtin.contains(*m))
+                .collect();
+            if providers.is_empty() {
+                if optional {
+                    continue;
+                }
+                bail!(
+                    "module {name} is neither in modules.dep, built into the kernel, nor an alias \
+                     in modules.alias: this kernel cannot run the lab"
+                );
+            }
+            for m in providers {
+                self.visit(m, &mut order, &mut done, &mut visiting)?;
+            }
         }
         Ok(order)
     }

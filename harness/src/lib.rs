@@ -7,7 +7,8 @@
 //!   shared read-only over 9p (so `target/` binaries run unchanged) and a small agent inside
 //!   that runs commands for the host ([`proto`], [`conn`]). Two topologies: [`Topology`].
 //!
-//! Layout: [`kernel`] finds the kernel and module order, [`initramfs`] builds the cached
+//! Layout: [`kernel`] finds the kernel and module order, [`kernel_fetch`] fetches other
+//! kernels from the distribution's archive, [`initramfs`] builds the cached
 //! initramfs, [`vm`] runs QEMU, [`testbed`] hands out labs (boot, attach to a daemon, native),
 //! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
 //! `chapters/course.toml`. The CLI lives in `src/main.rs` and [`cli`].
@@ -26,6 +27,7 @@ pub mod course;
 pub mod doc_commands;
 pub mod initramfs;
 pub mod kernel;
+pub mod kernel_fetch;
 /// The host <-> agent wire protocol (std only; shared with the guest agent via `include!`).
 pub mod proto;
 pub mod redact;

@@ -302,9 +302,12 @@ fn ctrl_c_while_building() {
     // A stand-in for cargo that takes its time (the real one dies of the same SIGINT).
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("cargo");
+    // Its sleep carries this test's pid, so the check below sees only this test's processes,
+    // never another `sleep 120` of the machine.
+    let marker = format!("sleep 120.{}", std::process::id());
     std::fs::write(
         &fake,
-        "#!/bin/sh\necho '   Compiling stand-in (cargo)' >&2\nexec sleep 120\n",
+        format!("#!/bin/sh\necho '   Compiling stand-in (cargo)' >&2\nexec {marker}\n"),
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -320,7 +323,7 @@ fn ctrl_c_while_building() {
     }
     // No stand-in left either.
     let out = Command::new("pgrep")
-        .args(["-f", "sleep 120"])
+        .args(["-f", &format!("^{marker}$")])
         .output()
         .unwrap();
     assert!(

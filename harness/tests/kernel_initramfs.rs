@@ -317,3 +317,53 @@ fn module_signatures_are_stripped() {
         assert_eq!(&stripped[..4], b"\x7fELF");
     }
 }
+
+#[test]
+fn an_alias_loads_every_module_that_provides_it_and_an_optional_miss_is_left_out() {
+    // 6.1: crypto-crc32 is crc32_pclmul and crc32_generic; 7.x: crc32_cryptoapi (file
+    // crc32-cryptoapi.ko); a kernel with neither boots without them.
+    let dep = "kernel/arch/x86/crypto/crc32-pclmul.ko.xz:\n\
+               kernel/crypto/crc32_generic.ko.xz:\n";
+    let alias = "alias crypto-crc32 crc32_pclmul\nalias crypto-crc32 crc32_generic\n";
+    let d = ModuleDeps::parse(dep, None).with_aliases(alias);
+    assert_eq!(
+        d.load_order(&["?crypto-crc32"]).unwrap(),
+        [
+            "kernel/arch/x86/crypto/crc32-pclmul.ko.xz",
+            "kernel/crypto/crc32_generic.ko.xz"
+        ]
+    );
+    let d7 = ModuleDeps::parse("kernel/crypto/crc32-cryptoapi.ko.xz:\n", None)
+        .with_aliases("alias crypto-crc32 crc32_cryptoapi\n");
+    assert_eq!(
+        d7.load_order(&["?crypto-crc32"]).unwrap(),
+        ["kernel/crypto/crc32-cryptoapi.ko.xz"]
+    );
+    let none = ModuleDeps::parse(DEP, Some(BUILTIN));
+    assert!(none.load_order(&["?crypto-crc32"]).unwrap().is_empty());
+    let e = none.load_order(&["crypto-crc32"]).unwrap_err().to_string();
+    assert!(
+        e.contains("crypto_crc32") && e.contains("modules.alias"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_module_tree_of_a_fetched_7x_kernel_is_found_beside_its_image() {
+    // Debian's 7.x linux-binary-*: usr/lib/modules/<ver>/vmlinuz, modules in the same dir.
+    let t = tempfile::tempdir().unwrap();
+    let m = t.path().join("usr/lib/modules/7.3.4+deb13-amd64");
+    std::fs::create_dir_all(&m).unwrap();
+    std::fs::write(m.join("vmlinuz"), b"image").unwrap();
+    std::fs::write(
+        m.join("modules.dep"),
+        "kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko.xz:\n",
+    )
+    .unwrap();
+    let image = m.join("vmlinuz");
+    assert_eq!(kernel::image_version(&image), "7.3.4+deb13-amd64");
+    assert_eq!(
+        kernel::modules_for_image(&image, "7.3.4+deb13-amd64").as_deref(),
+        Some(m.as_path())
+    );
+}

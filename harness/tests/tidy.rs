@@ -80,6 +80,11 @@ fn check_references(root: &Path, files: &[PathBuf]) -> Vec<String> {
         if PENDING_REFERENCES.iter().any(|(p, _)| Path::new(p) == path) {
             continue;
         }
+        // vendor/ holds another project's sources as published (its comments cite its own
+        // issues); only our README there is ours.
+        if path.starts_with("vendor") && path.file_name().is_none_or(|n| n != "README.md") {
+            continue;
+        }
         for (n, line) in text.lines().enumerate() {
             for (re, why) in &patterns {
                 if let Some(m) = re.find(line) {
@@ -104,8 +109,10 @@ fn check_unsafe(root: &Path, files: &[PathBuf]) -> Vec<String> {
         // harness/tests/fixtures/ holds stand-ins for *other* projects (a crate with its own
         // minimal libibverbs FFI that the runner-hook test builds outside this workspace): not
         // this project's code.
+        // vendor/rdma-sys is the FFI crate itself (rdma-sys 0.3.0, patched): the layer lab wraps.
         if path.starts_with("lab")
             || path.starts_with("harness/tests/fixtures")
+            || path.starts_with("vendor")
             || path.extension().is_none_or(|e| e != "rs")
         {
             continue;

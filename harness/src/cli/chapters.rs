@@ -51,7 +51,7 @@ pub(super) fn missing_chapter(ch: &Chapter, root: &Path) -> Option<String> {
     })
 }
 
-/// Before building chapters (rdma-sys needs libibverbs-dev, pkg-config and libclang <= 15) and
+/// Before building chapters (rdma-sys needs libibverbs-dev, pkg-config and libclang) and
 /// starting labs: on a fresh machine, run the embedded `scripts/setup.sh` for the chosen
 /// provider (what `cargo lab setup` does) when `doctor` finds required pieces missing, then check
 /// again. Errors name the next command.
@@ -148,8 +148,8 @@ pub(super) fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     if !out.status.success() {
         bail!(
             "`cargo test --workspace --no-run` failed (see the errors above); if rdma-sys failed \
-             to build, `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang (<= 15, \
-             LIBCLANG_PATH)"
+             to build, `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang \
+             (LIBCLANG_PATH)"
         );
     }
     let exes = chapter_executables(&String::from_utf8_lossy(&out.stdout));

@@ -63,7 +63,7 @@ pub(super) fn find_files(globs: &[(&str, &str, &str)]) -> Vec<PathBuf> {
     out
 }
 
-/// libclang versions installed (for bindgen 0.59 in rdma-sys: must be <= 15).
+/// libclang versions installed under /usr/lib/llvm-N (and the one LIBCLANG_PATH names).
 pub(super) fn libclang_versions() -> Vec<u32> {
     let mut v = vec![];
     if let Some(p) = std::env::var_os("LIBCLANG_PATH") {
@@ -225,18 +225,27 @@ pub(super) fn checks() -> Vec<Check> {
         },
         "cargo lab setup   (installs pkg-config libibverbs-dev librdmacm-dev)",
     ));
+    // The workspace's rdma-sys (vendor/rdma-sys: 0.3.0 with bindgen 0.72) loads any libclang
+    // from 9 on; only a LIBCLANG_PATH without one in it breaks the build.
     let clang = libclang_versions();
-    let ok_clang = clang.iter().any(|v| *v <= 15);
+    let bad_path = std::env::var_os("LIBCLANG_PATH").filter(|p| {
+        !find_files(&[(&p.to_string_lossy(), "libclang", ".so")])
+            .iter()
+            .any(|f| f.parent() == Some(Path::new(p)))
+    });
     c.push(Check::required(
-        "libclang <= 15 (bindgen 0.59 in rdma-sys)",
-        ok_clang,
-        if clang.is_empty() {
-            "no libclang found".into()
-        } else {
-            format!("versions {clang:?}")
+        "libclang (bindgen, for rdma-sys)",
+        !clang.is_empty() && bad_path.is_none(),
+        match &bad_path {
+            Some(p) => format!(
+                "LIBCLANG_PATH={} holds no libclang*.so",
+                p.to_string_lossy()
+            ),
+            None if clang.is_empty() => "no libclang found".into(),
+            None => format!("versions {clang:?}"),
         },
-        if clang.iter().any(|v| *v > 15) {
-            "install libclang-15-dev (or 14) and export LIBCLANG_PATH=/usr/lib/llvm-15/lib"
+        if bad_path.is_some() {
+            "unset LIBCLANG_PATH, or point it at a directory with libclang.so (/usr/lib/llvm-N/lib)"
         } else {
             "cargo lab setup   (installs libclang-dev)"
         },

@@ -70,7 +70,11 @@ pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Chil
     let log = std::fs::File::create(dir.join("daemon.log"))?;
     let exe = std::env::current_exe()?;
     use std::os::unix::process::CommandExt as _;
-    let child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    if let Some((k, v)) = crate::kernel::child_env() {
+        cmd.env(k, v);
+    }
+    let child = cmd
         .args(["__daemon", "--topology", t.name(), "--dir"])
         .arg(dir)
         .stdin(Stdio::null())

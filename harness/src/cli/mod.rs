@@ -214,10 +214,22 @@ enum Sub {
         #[arg(last = true)]
         cmd: Vec<String>,
     },
-    /// Set up if needed, start the labs, run `cargo test --workspace [ARGS]`, tear down.
+    /// Set up if needed, start the labs, run `cargo test [ARGS]` (the whole workspace unless
+    /// ARGS select packages with -p/--package/--exclude), tear down.
     Test {
+        /// Boot this kernel instead of the newest installed one: an image path, a version
+        /// (`cargo lab kernel list`), or a suite of the distribution's archive (e.g. trixie,
+        /// trixie-backports), fetched first.
+        #[arg(long, value_name = "K")]
+        kernel: Option<String>,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// The kernels the lab can boot: `list`, or `fetch SUITE` (from the distribution's own
+    /// archive, without root, into the lab's cache).
+    Kernel {
+        #[command(subcommand)]
+        cmd: KernelCmd,
     },
     /// Boot the loopback lab N times and report boot and exec latency (for the README).
     #[command(hide = true)]
@@ -235,6 +247,16 @@ enum Sub {
         #[arg(long)]
         dir: PathBuf,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum KernelCmd {
+    /// The installed kernels with rdma_rxe, and the fetched ones.
+    List,
+    /// Download SUITE's newest kernel (linux-image-amd64 of e.g. trixie or trixie-backports),
+    /// unpack it into the cache and index its modules (`depmod -b`); prints its image, for
+    /// `--kernel` or `LAB_KERNEL`.
+    Fetch { suite: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,7 +365,19 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         },
         Sub::Tour => tour(),
         Sub::Build => build_cmd(),
-        Sub::Test { args } => test(&args),
+        Sub::Test { kernel, args } => {
+            if let Some(k) = kernel {
+                let k = crate::kernel_fetch::resolve(&k)?;
+                eprintln!(
+                    "cargo lab test: kernel {} ({})",
+                    k.version,
+                    k.image.display()
+                );
+                crate::kernel::set_override(k);
+            }
+            test(&args)
+        }
+        Sub::Kernel { cmd } => kernel_cmd(cmd),
         Sub::Fault {
             action,
             value,
@@ -353,6 +387,31 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         } => fault(&action, value.as_deref(), node, on, cmd),
         Sub::Bench { runs, topology } => bench(runs, topology),
         Sub::Daemon { topology, dir } => daemon(topology, &dir),
+    }
+}
+
+fn kernel_cmd(cmd: KernelCmd) -> Result<i32> {
+    match cmd {
+        KernelCmd::List => {
+            let all = crate::kernel_fetch::list();
+            if all.is_empty() {
+                println!("no kernel with rdma_rxe here; `cargo lab setup --vm` installs one");
+            }
+            for (k, how) in all {
+                println!("{:<28} {:<9} {}", k.version, how, k.image.display());
+            }
+            Ok(0)
+        }
+        KernelCmd::Fetch { suite } => {
+            let k = crate::kernel_fetch::fetch(&suite)?;
+            println!("{}", k.image.display());
+            eprintln!(
+                "next: `cargo lab test --kernel {}`, or LAB_KERNEL={} for any command",
+                k.version,
+                k.image.display()
+            );
+            Ok(0)
+        }
     }
 }
 

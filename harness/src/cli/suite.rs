@@ -20,7 +20,8 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
                 // A lab `cargo lab up` runs (in `LAB_STATE_DIR` when set, else this
                 // workspace's) is reused: the tests find it through a link in `home`.
                 let up = testbed::daemon_home(&root).join(t.name());
-                if daemon_alive(&up) {
+                // With --kernel, the suite boots its own labs on that kernel.
+                if crate::kernel::child_env().is_none() && daemon_alive(&up) {
                     eprintln!("using the running {} lab (`cargo lab up`)", t.name());
                     std::fs::create_dir_all(&home)?;
                     std::os::unix::fs::symlink(&up, home.join(t.name())).with_context(|| {
@@ -46,13 +47,15 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(&root)
-            .args(["test", "--workspace"])
-            .args(args);
+        let cargo_args = cargo_test_args(args);
+        cmd.current_dir(&root).args(&cargo_args);
         if provider == Provider::Vm {
             cmd.env("LAB_STATE_DIR", &home);
         }
-        eprintln!("running: cargo test --workspace {}", args.join(" "));
+        if let Some((k, v)) = crate::kernel::child_env() {
+            cmd.env(k, v);
+        }
+        eprintln!("running: cargo {}", cargo_args.join(" "));
         let st = cmd.status().context("running cargo test")?;
         Ok(st.code().unwrap_or(130))
     })();
@@ -88,4 +91,20 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
         return Ok(130);
     }
     result
+}
+
+/// `cargo test` and its arguments: the whole workspace, unless the arguments before `--`
+/// select packages themselves (`-p X`, `--package X`, `--workspace`).
+pub(super) fn cargo_test_args(args: &[String]) -> Vec<String> {
+    let own = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    // `--exclude` works only with `--workspace`, which is then added.
+    let selects = args[..own].iter().any(|a| {
+        a == "--workspace" || a == "--package" || a.starts_with("-p") || a.starts_with("--package=")
+    });
+    let mut out = vec!["test".to_string()];
+    if !selects {
+        out.push("--workspace".into());
+    }
+    out.extend(args.iter().cloned());
+    out
 }

@@ -6,7 +6,7 @@
 //! re-runs itself as a child with a hidden flag, as uid 65534 (nobody), lowers its own
 //! limit to 64 KiB and registers 32 KiB, then 1 MiB; then once more as root.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -65,14 +65,39 @@ pub fn run(r: &mut Report) -> R<()> {
 /// Runs `<this program> --memlock-child <who>`, as uid/gid 65534 if `drop_to_nobody`, and
 /// returns its exit code (killed after 60 s: every wait has a deadline).
 fn spawn_child(who: &str, drop_to_nobody: bool) -> R<i32> {
-    let exe = std::env::current_exe()?;
-    let mut cmd = Command::new(exe);
+    let mut exe = std::env::current_exe()?;
+    // Uid 65534 may not reach this program where it was built: a checkout under a home
+    // directory of mode 0700 (Debian 13's default) gives EACCES at exec. Nobody runs a copy in
+    // a directory of its own that everyone may read, removed afterwards.
+    let copy = if drop_to_nobody {
+        let dir = std::env::temp_dir().join(format!("ch08-memlock.{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        let to = dir.join("ch08-failure-modes");
+        std::fs::copy(&exe, &to)?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))?;
+        exe = to;
+        Some(dir)
+    } else {
+        None
+    };
+    let mut cmd = Command::new(&exe);
     cmd.arg(CHILD_FLAG).arg(who);
     if drop_to_nobody {
         // std calls setgroups(0), setgid, setuid in the child before exec: no unsafe needed.
-        cmd.uid(NOBODY).gid(NOBODY);
+        cmd.uid(NOBODY).gid(NOBODY).current_dir("/");
     }
-    let mut child = cmd.spawn()?;
+    let spawned = cmd.spawn();
+    let result = spawned
+        .map_err(Into::into)
+        .and_then(|child| wait_child(child));
+    if let Some(dir) = copy {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
+}
+
+fn wait_child(mut child: std::process::Child) -> R<i32> {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait()? {

@@ -1,0 +1,345 @@
+//! `cargo lab kernel fetch SUITE`: another kernel from the distribution's own archive, without
+//! root, for the kernel matrix (`cargo lab test --kernel K`).
+//!
+//! A private apt (its own sources list, lists and package cache under the lab's cache dir; the
+//! host's apt state untouched) resolves the suite's `linux-image-<arch>` to the versioned image
+//! package and downloads it with the packages that carry the image and the modules:
+//! `linux-image-<ver>` (up to 6.x: image and modules), or from 7.x on `linux-binary-<ver>`
+//! (the image, at `usr/lib/modules/<ver>/vmlinuz`), `linux-modules-<ver>` and `linux-base-<ver>`
+//! (`modules.builtin`). `dpkg-deb -x` unpacks them into `kernels/<ver>/` and `depmod -b`
+//! writes modules.dep and modules.alias there. Nothing is installed on the host.
+
+use crate::initramfs;
+use crate::kernel::{self, Kernel};
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where fetched kernels live: `<cache>/kernels/<ver>/` (an unpacked root).
+pub fn kernels_dir() -> PathBuf {
+    initramfs::cache_dir().join("kernels")
+}
+
+/// The archive the host's apt uses for `debian` or `ubuntu` packages (first `deb` URI of the
+/// host's sources), else Debian's.
+fn archive_uri() -> String {
+    let mut texts = vec![];
+    for f in ["/etc/apt/sources.list"] {
+        texts.push(std::fs::read_to_string(f).unwrap_or_default());
+    }
+    if let Ok(rd) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".sources") || n.ends_with(".list") {
+                texts.push(std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    for t in &texts {
+        for line in t.lines() {
+            let l = line.trim();
+            let uri = if let Some(rest) = l.strip_prefix("URIs:") {
+                rest.split_whitespace().next()
+            } else if let Some(rest) = l.strip_prefix("deb ") {
+                rest.split_whitespace().find(|w| w.contains("://"))
+            } else {
+                None
+            };
+            if let Some(u) = uri
+                && (u.ends_with("/debian") || u.ends_with("/ubuntu") || u.ends_with("/debian/"))
+                && !u.contains("security")
+            {
+                return u.trim_end_matches('/').to_string();
+            }
+        }
+    }
+    "http://deb.debian.org/debian".into()
+}
+
+/// The keyring that signs the archive (Debian's or Ubuntu's).
+fn keyring(uri: &str) -> &'static str {
+    if uri.ends_with("/ubuntu") {
+        "/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+    } else {
+        "/usr/share/keyrings/debian-archive-keyring.gpg"
+    }
+}
+
+/// A private apt: options that point every path apt writes or reads state from at `root`.
+fn apt_opts(root: &Path) -> Vec<String> {
+    let r = root.display();
+    vec![
+        format!("-oDir::Etc::SourceList={r}/sources.list"),
+        "-oDir::Etc::SourceParts=/dev/null".into(),
+        "-oDir::Etc::Preferences=/dev/null".into(),
+        "-oDir::Etc::PreferencesParts=/dev/null".into(),
+        format!("-oDir::State={r}/state"),
+        "-oDir::State::status=/dev/null".into(),
+        format!("-oDir::Cache={r}/cache"),
+        "-oDebug::NoLocking=1".into(),
+        "-oAPT::Sandbox::User=".into(),
+        "-oAcquire::Retries=2".into(),
+        "-oAcquire::http::Timeout=60".into(),
+    ]
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("{what}: cannot start {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The names in an `apt-cache show` Depends line (alternatives and versions dropped).
+fn depends(show: &str) -> Vec<String> {
+    show.lines()
+        .find_map(|l| l.strip_prefix("Depends:"))
+        .unwrap_or("")
+        .split(',')
+        .flat_map(|d| d.split('|'))
+        .filter_map(|d| d.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Finds `depmod` (in /sbin or /usr/sbin, which a user's PATH may lack).
+fn depmod() -> PathBuf {
+    for p in ["/usr/sbin/depmod", "/sbin/depmod"] {
+        if Path::new(p).exists() {
+            return p.into();
+        }
+    }
+    "depmod".into()
+}
+
+/// Downloads and unpacks the newest kernel of `suite` (e.g. `trixie`, `trixie-backports`,
+/// `noble`); returns it. Progress goes to stderr.
+pub fn fetch(suite: &str) -> Result<Kernel> {
+    if suite.is_empty() || !suite.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        bail!("`{suite}` is not a suite name (for example trixie, trixie-backports, bookworm)");
+    }
+    let uri = archive_uri();
+    let ring = keyring(&uri);
+    let ubuntu = uri.ends_with("/ubuntu");
+    let root = initramfs::cache_dir().join("apt").join(suite);
+    for d in ["state/lists/partial", "cache/archives/partial", "debs"] {
+        std::fs::create_dir_all(root.join(d))
+            .with_context(|| format!("creating {}", root.join(d).display()))?;
+    }
+    let comps = if ubuntu { "main universe" } else { "main" };
+    // A backports suite needs its base suite too (the image's dependencies live there).
+    let mut lines = format!("deb [signed-by={ring}] {uri} {suite} {comps}\n");
+    if let Some(base) = suite.strip_suffix("-backports") {
+        lines.push_str(&format!("deb [signed-by={ring}] {uri} {base} {comps}\n"));
+    }
+    std::fs::write(root.join("sources.list"), lines)?;
+    let opts = apt_opts(&root);
+    eprintln!("kernel fetch: reading {suite}'s package lists from {uri}");
+    run(
+        Command::new("apt-get").args(&opts).args(["-q", "update"]),
+        "apt-get update (the private package lists)",
+    )
+    .map_err(|e| {
+        e.context(format!(
+            "is `{suite}` a suite of {uri}? (and {ring} present: debian-archive-keyring or \
+             ubuntu-keyring)"
+        ))
+    })?;
+    let meta = if ubuntu {
+        "linux-image-generic"
+    } else {
+        "linux-image-amd64"
+    };
+    let show = |pkg: &str| -> Result<String> {
+        let out = run(
+            Command::new("apt-cache").args(&opts).args(["show", pkg]),
+            &format!("apt-cache show {pkg}"),
+        )?;
+        // The first stanza whose version is the suite's candidate: apt-cache show lists the
+        // newest first.
+        Ok(out.split("\n\n").next().unwrap_or("").to_string())
+    };
+    let meta_show = show(meta)?;
+    let image_pkg = depends(&meta_show)
+        .into_iter()
+        .find(|d| d.starts_with("linux-image-") && d.chars().any(|c| c.is_ascii_digit()))
+        .with_context(|| format!("{meta} in {suite} names no versioned linux-image package"))?;
+    let ver = image_pkg.trim_start_matches("linux-image-").to_string();
+    let dest = kernels_dir().join(&ver);
+    if let Some(k) = cached(&dest, &ver) {
+        eprintln!("kernel fetch: {ver} is already in {}", dest.display());
+        return Ok(k);
+    }
+    let image_show = show(&image_pkg)?;
+    let mut pkgs = vec![image_pkg.clone()];
+    for d in depends(&image_show) {
+        for part in ["linux-binary-", "linux-modules-", "linux-base-"] {
+            if d.starts_with(part) && d.ends_with(&ver) && !pkgs.contains(&d) {
+                pkgs.push(d.clone());
+            }
+        }
+    }
+    if ubuntu {
+        // rdma_rxe is in Ubuntu's modules-extra package.
+        let extra = format!("linux-modules-extra-{ver}");
+        if show(&extra).is_ok() && !pkgs.contains(&extra) {
+            pkgs.push(extra);
+        }
+    }
+    eprintln!("kernel fetch: downloading {}", pkgs.join(" "));
+    let debs = root.join("debs");
+    run(
+        Command::new("apt-get")
+            .args(&opts)
+            .args([
+                "-q",
+                "-o",
+                &format!("APT::Default-Release={suite}"),
+                "download",
+            ])
+            .args(&pkgs)
+            .current_dir(&debs),
+        "apt-get download",
+    )?;
+    let tmp = kernels_dir().join(format!(".{ver}.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    for p in &pkgs {
+        let deb = std::fs::read_dir(&debs)?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|f| {
+                f.file_name()
+                    .map(|n| n.to_string_lossy().starts_with(&format!("{p}_")))
+                    .unwrap_or(false)
+            })
+            .max()
+            .with_context(|| format!("apt-get download left no {p}_*.deb in {}", debs.display()))?;
+        eprintln!("kernel fetch: unpacking {}", deb.display());
+        run(
+            Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp),
+            "dpkg-deb -x",
+        )?;
+    }
+    // The module tree: lib/modules/<ver> (6.x) or usr/lib/modules/<ver> (7.x).
+    let base = if tmp.join("usr/lib/modules").join(&ver).is_dir() {
+        tmp.join("usr")
+    } else {
+        tmp.clone()
+    };
+    run(
+        Command::new(depmod()).arg("-b").arg(&base).arg(&ver),
+        "depmod -b",
+    )?;
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&tmp, &dest)
+        .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))?;
+    cached(&dest, &ver).with_context(|| {
+        format!(
+            "{} holds no kernel image with an rdma_rxe module tree for {ver}",
+            dest.display()
+        )
+    })
+}
+
+/// A fetched kernel in `dir`, if it is complete.
+fn cached(dir: &Path, ver: &str) -> Option<Kernel> {
+    let images = [
+        dir.join("boot").join(format!("vmlinuz-{ver}")),
+        dir.join("usr/lib/modules").join(ver).join("vmlinuz"),
+        dir.join("lib/modules").join(ver).join("vmlinuz"),
+    ];
+    let image = images.into_iter().find(|i| i.is_file())?;
+    let modules = kernel::modules_for_image(&image, ver)?;
+    // Only the fetched tree, never the host's of the same version.
+    if !modules.starts_with(dir) {
+        return None;
+    }
+    Some(Kernel {
+        version: ver.to_string(),
+        image,
+        modules,
+    })
+}
+
+/// The kernels the lab can boot: the host's (with rdma_rxe) and the fetched ones.
+pub fn list() -> Vec<(Kernel, &'static str)> {
+    let mut out = vec![];
+    let mut seen = std::collections::HashSet::new();
+    for root in kernel::MODULE_ROOTS {
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let ver = e.file_name().to_string_lossy().into_owned();
+                let images = [
+                    Path::new("/boot").join(format!("vmlinuz-{ver}")),
+                    e.path().join("vmlinuz"),
+                ];
+                if let Some(image) = images.into_iter().find(|i| i.is_file())
+                    && kernel::has_rxe(&e.path())
+                    && seen.insert(ver.clone())
+                {
+                    out.push((
+                        Kernel {
+                            version: ver,
+                            image,
+                            modules: e.path(),
+                        },
+                        "installed",
+                    ));
+                }
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(kernels_dir()) {
+        for e in rd.flatten() {
+            let ver = e.file_name().to_string_lossy().into_owned();
+            if ver.starts_with('.') {
+                continue;
+            }
+            if let Some(k) = cached(&e.path(), &ver) {
+                out.push((k, "fetched"));
+            }
+        }
+    }
+    out
+}
+
+/// Resolves `--kernel K`: a path to an image, a version (installed or fetched), or a suite
+/// name, which is fetched when no kernel of it is here yet.
+pub fn resolve(k: &str) -> Result<Kernel> {
+    let p = Path::new(k);
+    if k.contains('/') {
+        if !p.is_file() {
+            bail!("--kernel {k}: no such kernel image");
+        }
+        let ver = kernel::image_version(p);
+        let modules = kernel::modules_for_image(p, &ver)
+            .with_context(|| format!("--kernel {k}: no module tree with rdma_rxe for {ver}"))?;
+        return Ok(Kernel {
+            version: ver,
+            image: p.to_path_buf(),
+            modules,
+        });
+    }
+    let all = list();
+    if let Some((kern, _)) = all
+        .iter()
+        .find(|(kern, _)| kern.version == k)
+        .or_else(|| all.iter().find(|(kern, _)| kern.version.starts_with(k)))
+    {
+        return Ok(kern.clone());
+    }
+    if k.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        bail!(
+            "--kernel {k}: no such kernel here; `cargo lab kernel list` shows them, `cargo lab \
+             kernel fetch SUITE` fetches one (e.g. trixie)"
+        );
+    }
+    fetch(k)
+}
