@@ -23,10 +23,7 @@ pub fn kernels_dir() -> PathBuf {
 /// The archive the host's apt uses for `debian` or `ubuntu` packages (first `deb` URI of the
 /// host's sources), else Debian's.
 fn archive_uri() -> String {
-    let mut texts = vec![];
-    for f in ["/etc/apt/sources.list"] {
-        texts.push(std::fs::read_to_string(f).unwrap_or_default());
-    }
+    let mut texts = vec![std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default()];
     if let Ok(rd) = std::fs::read_dir("/etc/apt/sources.list.d") {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();

@@ -88,9 +88,7 @@ fn spawn_child(who: &str, drop_to_nobody: bool) -> R<i32> {
         cmd.uid(NOBODY).gid(NOBODY).current_dir("/");
     }
     let spawned = cmd.spawn();
-    let result = spawned
-        .map_err(Into::into)
-        .and_then(|child| wait_child(child));
+    let result = spawned.map_err(Into::into).and_then(wait_child);
     if let Some(dir) = copy {
         let _ = std::fs::remove_dir_all(dir);
     }
