@@ -36,6 +36,7 @@ cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
 cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
 
 mounted=()
+# shellcheck disable=SC2317 # called by the EXIT trap
 undo() {
   local i
   for ((i=${#mounted[@]}-1; i>=0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
