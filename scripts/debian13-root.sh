@@ -3,7 +3,7 @@
 #
 #   sudo bash scripts/debian13-root.sh DIR [COMMAND...]
 #
-# Makes DIR with debootstrap (once; an existing DIR/etc/debian_version is reused), copies the
+# Makes DIR with debootstrap (once, with gcc: rustup's own prerequisite; an existing DIR/etc/debian_version is reused), copies the
 # host's CA bundle in (cargo fetches crates.io over TLS), bind-mounts /proc, /sys, /dev and
 # the host's Rust toolchain (~/.rustup, ~/.cargo) and a clean clone of this repository at
 # DIR/src/rxe-lab (the commit checked out here), then runs COMMAND in the clone as root.
@@ -30,7 +30,8 @@ cargo_dir=${CARGO_HOME:-$HOME/.cargo}
 
 if [ ! -e "$dir/etc/debian_version" ]; then
   echo "debian13-root: debootstrap trixie $dir ($mirror)"
-  debootstrap --variant=minbase --include=ca-certificates,git,sudo,apt-utils trixie "$dir" "$mirror"
+  debootstrap --variant=minbase --include=ca-certificates,git,sudo,apt-utils,gcc,libc6-dev \
+    trixie "$dir" "$mirror"
 fi
 cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
 cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
@@ -48,6 +49,11 @@ bind /sys /sys
 bind /dev /dev
 bind "$rustup_dir" /root/.rustup
 bind "$cargo_dir" /root/.cargo
+
+# What a machine with rustup has: a C linker (rustup's own prerequisite).
+if [ ! -x "$dir/usr/bin/cc" ]; then
+  chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev
+fi
 
 # A clean clone of the commit checked out here: the root sees what a new user's checkout has.
 rm -rf "$dir/src/rxe-lab"
