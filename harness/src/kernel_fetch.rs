@@ -1,5 +1,5 @@
-//! `cargo lab kernel fetch SUITE`: another kernel from the distribution's own archive, without
-//! root, for the kernel matrix (`cargo lab test --kernel K`).
+//! `cargo lab kernel fetch <suite>`: another kernel from the distribution's own archive, without
+//! root, for the kernel matrix (`cargo lab test --kernel <K>`).
 //!
 //! A private apt (its own sources list, lists and package cache under the lab's cache dir; the
 //! host's apt state untouched) resolves the suite's `linux-image-<arch>` to the versioned image
