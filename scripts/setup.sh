@@ -59,8 +59,8 @@ pkgs+=(qperf sockperf iperf3 strace tshark tcpdump)
 # shellcheck source=/dev/null
 . /etc/os-release 2>/dev/null || true
 # libclang for bindgen. The workspace builds rdma-sys 0.3.0 with a current bindgen
-# (vendor/rdma-sys), which works with every libclang a distribution ships (14 to 22): the
-# distribution's default libclang-dev does.
+# (vendor/rdma-sys), which builds with the distribution's default libclang-dev (14 on Debian 12
+# and 19 on Debian 13 were tried).
 pkgs+=(libclang-dev)
 
 # --old-libclang / --env: a crate that uses rdma-sys 0.3 from crates.io (bindgen 0.59) needs

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 /// kernel without it boots without it. rxe asks the crypto API for "crc32" when a link is
 /// added. Without the crc32 modules loaded first, the kernel runs modprobe from the host's tree
 /// over 9p, which took 1-3 s of `rdma link add`. They are named by their alias
-/// `crypto-crc32`, because the file names changed: 6.1 has crc32_pclmul and crc32_generic,
-/// 6.14 dropped crc32_pclmul, and 6.16 renamed crc32_generic to crc32-cryptoapi.
+/// `crypto-crc32`, because the file names changed: Debian's 6.1 and 6.12.117 have crc32_pclmul
+/// and crc32_generic, its 7.3.4 has crc32-cryptoapi alone (their modules.alias files).
 pub const LOOPBACK_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_console",

@@ -8,6 +8,11 @@
 //! (the image, at `usr/lib/modules/<ver>/vmlinuz`), `linux-modules-<ver>` and `linux-base-<ver>`
 //! (`modules.builtin`). `dpkg-deb -x` unpacks them into `kernels/<ver>/` and `depmod -b`
 //! writes modules.dep and modules.alias there. Nothing is installed on the host.
+//!
+//! Tried here against Debian's archive (trixie, trixie-backports). The Ubuntu branch (the
+//! archive from the host's sources, `linux-image-generic`, `linux-modules-extra-<ver>`) is
+//! written, not tried. Network stalls are bounded by apt's own timeout (60 s per connection,
+//! two retries), set below.
 
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
@@ -206,34 +211,45 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
     )?;
     let tmp = kernels_dir().join(format!(".{ver}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
-    for p in &pkgs {
-        let deb = std::fs::read_dir(&debs)?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|f| {
-                f.file_name()
-                    .map(|n| n.to_string_lossy().starts_with(&format!("{p}_")))
-                    .unwrap_or(false)
-            })
-            .max()
-            .with_context(|| format!("apt-get download left no {p}_*.deb in {}", debs.display()))?;
-        eprintln!("kernel fetch: unpacking {}", deb.display());
+    // Unpacked into a temporary dir beside the cache entry, removed again if any step fails.
+    let unpack = || -> Result<()> {
+        std::fs::create_dir_all(&tmp)?;
+        for p in &pkgs {
+            let deb = std::fs::read_dir(&debs)?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|f| {
+                    f.file_name()
+                        .map(|n| n.to_string_lossy().starts_with(&format!("{p}_")))
+                        .unwrap_or(false)
+                })
+                .max()
+                .with_context(|| {
+                    format!("apt-get download left no {p}_*.deb in {}", debs.display())
+                })?;
+            eprintln!("kernel fetch: unpacking {}", deb.display());
+            run(
+                Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp),
+                "dpkg-deb -x",
+            )?;
+        }
+        // The module tree: usr/lib/modules/<ver> (Debian 13's 6.12 and 7.x packages) or
+        // lib/modules/<ver> (older packages).
+        let base = if tmp.join("usr/lib/modules").join(&ver).is_dir() {
+            tmp.join("usr")
+        } else {
+            tmp.clone()
+        };
         run(
-            Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp),
-            "dpkg-deb -x",
+            Command::new(depmod()).arg("-b").arg(&base).arg(&ver),
+            "depmod -b",
         )?;
-    }
-    // The module tree: lib/modules/<ver> (6.x) or usr/lib/modules/<ver> (7.x).
-    let base = if tmp.join("usr/lib/modules").join(&ver).is_dir() {
-        tmp.join("usr")
-    } else {
-        tmp.clone()
+        Ok(())
     };
-    run(
-        Command::new(depmod()).arg("-b").arg(&base).arg(&ver),
-        "depmod -b",
-    )?;
+    if let Err(e) = unpack() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest)
         .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))?;

@@ -225,8 +225,9 @@ pub(super) fn checks() -> Vec<Check> {
         },
         "cargo lab setup   (installs pkg-config libibverbs-dev librdmacm-dev)",
     ));
-    // The workspace's rdma-sys (vendor/rdma-sys: 0.3.0 with bindgen 0.72) loads any libclang
-    // from 9 on; only a LIBCLANG_PATH without one in it breaks the build.
+    // The workspace's rdma-sys (vendor/rdma-sys: 0.3.0 with bindgen 0.72) builds with the
+    // distribution's libclang (14 on Debian 12 and 19 on Debian 13 were tried); a LIBCLANG_PATH
+    // without a libclang in it breaks the build.
     let clang = libclang_versions();
     let bad_path = std::env::var_os("LIBCLANG_PATH").filter(|p| {
         !find_files(&[(&p.to_string_lossy(), "libclang", ".so")])

@@ -214,8 +214,8 @@ enum Sub {
         #[arg(last = true)]
         cmd: Vec<String>,
     },
-    /// Set up if needed, start the labs, run `cargo test [ARGS]` (the whole workspace unless
-    /// ARGS select packages with -p/--package/--exclude), tear down.
+    /// Set up if needed, start the labs, run `cargo test [ARGS]` (with `--workspace` unless
+    /// ARGS select packages with -p/--package), tear down.
     Test {
         /// Boot this kernel instead of the newest installed one: an image path, a version
         /// (`cargo lab kernel list`), or a suite of the distribution's archive (e.g. trixie,

@@ -108,3 +108,34 @@ pub(super) fn cargo_test_args(args: &[String]) -> Vec<String> {
     out.extend(args.iter().cloned());
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::cargo_test_args;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_package_selection_passes_through_and_otherwise_the_workspace_is_tested() {
+        assert_eq!(cargo_test_args(&[]), args(&["test", "--workspace"]));
+        assert_eq!(
+            cargo_test_args(&args(&["-p", "lab"])),
+            args(&["test", "-p", "lab"])
+        );
+        assert_eq!(
+            cargo_test_args(&args(&["--package=lab", "--test", "device"])),
+            args(&["test", "--package=lab", "--test", "device"])
+        );
+        // `--exclude` needs `--workspace`; a `-p` after `--` is the test binary's.
+        assert_eq!(
+            cargo_test_args(&args(&["--exclude", "book"])),
+            args(&["test", "--workspace", "--exclude", "book"])
+        );
+        assert_eq!(
+            cargo_test_args(&args(&["--", "-p"])),
+            args(&["test", "--workspace", "--", "-p"])
+        );
+    }
+}
