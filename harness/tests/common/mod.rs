@@ -70,9 +70,11 @@ pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Ran {
             Ok(Some(st)) => break Some(st),
             Ok(None) if Instant::now() >= deadline => {
                 timed_out = true;
+                // The whole group (the child is not reaped yet, so its id is still its group's).
                 let _ = Command::new("kill")
-                    .arg("-KILL")
+                    .args(["-s", "KILL", "--"])
                     .arg(format!("-{}", child.id()))
+                    .stderr(Stdio::null())
                     .status();
                 let _ = child.kill();
                 break child.wait().ok();
@@ -81,12 +83,6 @@ pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Ran {
             Err(_) => break None,
         }
     };
-    // The group is gone (or the command exited): what it left holding the pipes is killed too.
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg(format!("-{}", child.id()))
-        .stderr(Stdio::null())
-        .status();
     Ran {
         code: if timed_out {
             None
