@@ -424,8 +424,7 @@ pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
         Topology::Loopback => kernel::LOOPBACK_MODULES,
         Topology::Pair => kernel::PAIR_MODULES,
     };
-    let initrd =
-        initramfs::cached(&kernel, wanted, agent).context("building the lab initramfs")?;
+    let initrd = initramfs::cached(&kernel, wanted, agent).context("building the lab initramfs")?;
     let image = if std::env::var_os("LAB_NO_PVH").is_some() {
         kernel.image.clone()
     } else {
@@ -709,8 +708,14 @@ mod tests {
                 "QEMU emulator version 6.2.0 (Debian 1:6.2+dfsg-2ubuntu6.22)\nCopyright",
                 Some((6, 2, 0)),
             ),
-            ("QEMU emulator version 7.2.15 (Debian 1:7.2+dfsg-7+deb12u12)", Some((7, 2, 15))),
-            ("QEMU emulator version 8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)", Some((8, 2, 2))),
+            (
+                "QEMU emulator version 7.2.15 (Debian 1:7.2+dfsg-7+deb12u12)",
+                Some((7, 2, 15)),
+            ),
+            (
+                "QEMU emulator version 8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)",
+                Some((8, 2, 2)),
+            ),
             ("QEMU emulator version 10.0.50", Some((10, 0, 50))),
             ("QEMU emulator version 9.1", Some((9, 1, 0))),
             ("", None),
@@ -736,7 +741,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         let e = format!("{:#}", require_stream_netdev(&fake).unwrap_err());
-        assert!(e.contains("QEMU 6.2.0") && e.contains("needs QEMU 7.2 or newer"), "{e}");
+        assert!(
+            e.contains("QEMU 6.2.0") && e.contains("needs QEMU 7.2 or newer"),
+            "{e}"
+        );
         if let Some(q) = which("qemu-system-x86_64") {
             require_stream_netdev(&q).expect("this host's QEMU runs the pair");
         }

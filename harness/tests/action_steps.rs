@@ -138,15 +138,17 @@ impl Parser<'_, '_> {
         self.toks.get(self.at)
     }
     fn eat(&mut self, op: &str) -> bool {
-        if self.peek() == Some(&Tok::Op(match op {
-            "==" => "==",
-            "!=" => "!=",
-            "&&" => "&&",
-            "||" => "||",
-            "!" => "!",
-            "(" => "(",
-            _ => ")",
-        })) {
+        if self.peek()
+            == Some(&Tok::Op(match op {
+                "==" => "==",
+                "!=" => "!=",
+                "&&" => "&&",
+                "||" => "||",
+                "!" => "!",
+                "(" => "(",
+                _ => ")",
+            }))
+        {
             self.at += 1;
             true
         } else {
@@ -386,7 +388,10 @@ impl Report {
     fn summary(&self) -> String {
         let mut s = String::new();
         for st in &self.steps {
-            s.push_str(&format!("== {} ({:?})\n{}\n", st.name, st.outcome, st.output));
+            s.push_str(&format!(
+                "== {} ({:?})\n{}\n",
+                st.name, st.outcome, st.output
+            ));
         }
         for (n, f) in &self.uploads {
             s.push_str(&format!("== upload {n}: {f:?}\n"));
@@ -542,7 +547,10 @@ impl Runner {
                 if uses.starts_with("actions/upload-artifact@") {
                     let mut found = vec![];
                     let mut excluded = vec![];
-                    for line in with_of("path").lines().map(str::trim).filter(|l| !l.is_empty())
+                    for line in with_of("path")
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
                     {
                         let (neg, pat) = match line.strip_prefix('!') {
                             Some(p) => (true, p),
@@ -600,7 +608,10 @@ impl Runner {
                     (false, format!("this runner does not know {uses}"))
                 }
             } else {
-                let script = step.run.as_deref().ok_or(format!("{name}: no run, no uses"))?;
+                let script = step
+                    .run
+                    .as_deref()
+                    .ok_or(format!("{name}: no run, no uses"))?;
                 let script = interpolate(script, &ctx)?;
                 let mut env: Vec<(String, String)> = self.env.clone();
                 let set = |env: &mut Vec<(String, String)>, k: &str, v: &str| {
@@ -631,8 +642,14 @@ impl Runner {
                 path.push(base_path);
                 set(&mut env, "PATH", &path.join(":"));
                 for (k, v) in [
-                    ("GITHUB_ACTION_PATH", self.action_dir.to_string_lossy().as_ref()),
-                    ("GITHUB_WORKSPACE", self.workspace.to_string_lossy().as_ref()),
+                    (
+                        "GITHUB_ACTION_PATH",
+                        self.action_dir.to_string_lossy().as_ref(),
+                    ),
+                    (
+                        "GITHUB_WORKSPACE",
+                        self.workspace.to_string_lossy().as_ref(),
+                    ),
                     ("GITHUB_JOB", "action-steps"),
                     ("GITHUB_RUN_ATTEMPT", "1"),
                     ("GITHUB_ACTIONS", "true"),
@@ -742,10 +759,7 @@ const NOT_RUN: &[(&str, &str)] = &[
         "rxe-lab packages",
         "needs root and the internet (apt-get update); it installs what `cargo-lab setup --vm` does",
     ),
-    (
-        "KVM, when",
-        "rewrites this host's udev rules for /dev/kvm",
-    ),
+    ("KVM, when", "rewrites this host's udev rules for /dev/kvm"),
 ];
 
 fn runner(temp: &Path, workspace: &Path, os: &str, arch: &str) -> Runner {
@@ -805,13 +819,21 @@ fn expressions_evaluate_as_on_github() {
         (true, Some("failure() || cancelled()"), true),
         (false, Some("failure() || cancelled()"), false),
         (false, Some("${{ inputs.x == 'KVM' }}"), true),
-        (false, Some("!(inputs.x == 'tcg') && inputs.missing != 'true'"), true),
+        (
+            false,
+            Some("!(inputs.x == 'tcg') && inputs.missing != 'true'"),
+            true,
+        ),
     ] {
         let ctx = Ctx {
             lookup: &lookup,
             failed,
         };
-        assert_eq!(condition(cond, &ctx), Ok(want), "{cond:?} (failed: {failed})");
+        assert_eq!(
+            condition(cond, &ctx),
+            Ok(want),
+            "{cond:?} (failed: {failed})"
+        );
     }
     let ctx = Ctx {
         lookup: &lookup,
@@ -822,7 +844,13 @@ fn expressions_evaluate_as_on_github() {
         Ok("a kvm b c")
     );
     // Bad input is an error, not a panic.
-    for bad in ["inputs.x ==", "'open", "inputs.x = 'y'", "f(1)", "(inputs.x"] {
+    for bad in [
+        "inputs.x ==",
+        "'open",
+        "inputs.x = 'y'",
+        "f(1)",
+        "(inputs.x",
+    ] {
         assert!(eval(bad, &ctx).is_err(), "{bad:?}");
     }
     assert!(interpolate("${{ inputs.x", &ctx).is_err());
@@ -896,7 +924,8 @@ fn hostile_caller(ws: &Path, r: &mut Runner) {
         "[build]\nrustflags = [\"-Zrxe-lab-caller-flag\"]\n",
     )
     .unwrap();
-    r.env.push(("RUSTFLAGS".into(), "-Zrxe-lab-caller-flag".into()));
+    r.env
+        .push(("RUSTFLAGS".into(), "-Zrxe-lab-caller-flag".into()));
     r.env.push((
         "CARGO_TARGET_DIR".into(),
         ws.join("caller-target").to_string_lossy().into_owned(),
@@ -969,7 +998,10 @@ fn on_linux_x64_the_fixture_crates_device_tests_pass_through_the_action() {
         "rdma-probe: device rxe0 opened=true",
         "rdma-probe: ignored test ran on rxe0",
     ] {
-        assert!(log.contains(line), "no {line:?} in the run's output:\n{log}");
+        assert!(
+            log.contains(line),
+            "no {line:?} in the run's output:\n{log}"
+        );
     }
     assert_eq!(report.step("Stop the lab").outcome, Outcome::Success);
 }
@@ -983,10 +1015,15 @@ fn a_failed_boot_uploads_the_guest_console_logs() {
     let mut r = runner(temp.path(), ws.path(), "Linux", "X64");
     // A kernel told to start an init that does not exist panics at once: the boot fails (both
     // tries), as a broken kernel or initramfs would make it.
-    r.env
-        .push(("LAB_VM_APPEND".into(), "rdinit=/rxe-lab-no-such-init".into()));
+    r.env.push((
+        "LAB_VM_APPEND".into(),
+        "rdinit=/rxe-lab-no-such-init".into(),
+    ));
     r.env.push(("LAB_BOOT_TIMEOUT_SECS".into(), "90".into()));
-    r.inputs.insert("accel".into(), std::env::var("LAB_ACCEL").unwrap_or_default());
+    r.inputs.insert(
+        "accel".into(),
+        std::env::var("LAB_ACCEL").unwrap_or_default(),
+    );
     let report = r.run().expect("the runner runs action.yml");
     assert_eq!(
         report.step("Boot the lab").outcome,

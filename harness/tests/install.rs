@@ -93,7 +93,9 @@ fn an_installed_cargo_lab_boots_a_lab_after_its_target_dir_is_gone() {
         r.text()
     );
     assert!(
-        r.stdout.lines().any(|l| l.split_whitespace().next() == Some("rxe0")),
+        r.stdout
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("rxe0")),
         "ibv_devices in the installed binary's lab lists no rxe0:\n{}",
         r.text()
     );
