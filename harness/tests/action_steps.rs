@@ -450,6 +450,9 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         if e.file_type()?.is_dir() {
             copy_tree(&e.path(), &dest)?;
         } else {
+            // Unlinked first, as an archive's extraction does: a running binary cannot be
+            // written over (ETXTBSY), but it can be replaced.
+            let _ = std::fs::remove_file(&dest);
             std::fs::copy(e.path(), &dest)?;
         }
     }
