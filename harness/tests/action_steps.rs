@@ -550,6 +550,7 @@ impl Runner {
                 if uses.starts_with("actions/upload-artifact@") {
                     let mut found = vec![];
                     let mut excluded = vec![];
+                    let mut rooted: Option<String> = None;
                     for line in with_of("path")
                         .lines()
                         .map(str::trim)
@@ -564,6 +565,19 @@ impl Runner {
                         } else {
                             self.workspace.join(pat).to_string_lossy().into_owned()
                         };
+                        // The directory part before the first wildcard: a pattern rooted at `/`
+                        // (an empty expression in front of `/**/*.log`) would walk the whole
+                        // filesystem; this runner reports it instead.
+                        let fixed: PathBuf = Path::new(&pat)
+                            .components()
+                            .take_while(|c| {
+                                !c.as_os_str().to_string_lossy().contains(['*', '?', '['])
+                            })
+                            .collect();
+                        if fixed.parent().is_none() {
+                            rooted = Some(line.to_string());
+                            break;
+                        }
                         let hits: Vec<PathBuf> = glob::glob(&pat)
                             .map_err(|e| format!("upload path {pat:?}: {e}"))?
                             .flatten()
@@ -575,9 +589,19 @@ impl Runner {
                     found.sort();
                     found.dedup();
                     let name = with_of("name");
-                    let ok = !name.is_empty();
-                    report.uploads.push((name.clone(), found.clone()));
-                    (ok, format!("artifact {name:?}: {} files", found.len()))
+                    if let Some(line) = rooted {
+                        report.uploads.push((name, vec![]));
+                        (
+                            false,
+                            format!(
+                                "upload path {line:?} is rooted at / (an expression in it was empty)"
+                            ),
+                        )
+                    } else {
+                        let ok = !name.is_empty();
+                        report.uploads.push((name.clone(), found.clone()));
+                        (ok, format!("artifact {name:?}: {} files", found.len()))
+                    }
                 } else if uses.starts_with("actions/cache@") {
                     let key = with_of("key");
                     if key.is_empty() {
