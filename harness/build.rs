@@ -1,5 +1,6 @@
 //! Compiles the guest agent (agent/agent.rs, std only) with `$RUSTC` alone into a static binary
-//! in OUT_DIR; the harness embeds its path (`LAB_AGENT_PATH`) and puts it in the initramfs.
+//! in OUT_DIR; the harness embeds its bytes (`include_bytes!` of `LAB_AGENT_PATH`) and puts
+//! them in the initramfs, so an installed `cargo-lab` needs nothing of its build tree.
 
 use std::path::PathBuf;
 use std::process::Command;

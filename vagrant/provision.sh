@@ -34,7 +34,8 @@ if ! kernel_has_rxe "$(uname -r)"; then
   . /etc/os-release
   case "${ID:-debian}" in
     ubuntu) full=(linux-image-generic) ;;
-    *) full=(linux-image-amd64) ;;
+    # Debian's full kernel is per architecture: linux-image-amd64, linux-image-arm64.
+    *) full=("linux-image-$(dpkg --print-architecture)") ;;
   esac
   echo "provision: kernel $(uname -r) has no rdma_rxe; installing ${full[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${full[@]}" >/dev/null

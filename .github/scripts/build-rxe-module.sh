@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build rdma_rxe out of tree for the running kernel and load it.
+# Build rdma_rxe out of tree for the running kernel, install it and load it.
 #
 #   .github/scripts/build-rxe-module.sh [WORKDIR]
 #
@@ -8,22 +8,27 @@
 # kernel's version, and built with Kbuild against /lib/modules/$(uname -r)/build. The rxe link
 # itself is then created by vagrant/rxe-up.sh, the same bring-up the Vagrant VMs run at boot.
 #
-# Where the source comes from (RXE_SRC=stable|ubuntu; default: stable, then ubuntu if that fails):
+# Where the source comes from (RXE_SRC=ubuntu|stable; default: ubuntu when dpkg knows the
+# running kernel's linux-modules package, then stable if that fails; stable alone elsewhere):
+#  ubuntu  The running kernel's own source package (the source of linux-modules-$(uname -r)),
+#          with deb-src enabled on the fly: the exact tree the kernel was built from (Ubuntu's
+#          patches included), but a ~250 MB download and a full unpack, of which only
+#          drivers/infiniband/sw/rxe is built. The archive keeps only current versions: an
+#          older runner image's kernel may be gone (then: stable).
 #  stable  Ubuntu's /proc/version_signature ends with the upstream stable release the kernel is
 #          built from ("Ubuntu 6.8.0-1017.20-azure 6.8.12"). A blobless, depth-1, sparse clone of
 #          that tag from the stable tree fetches the tree objects and the ~40 files of rxe:
 #          seconds, no deb-src, and tags never leave. Ubuntu's own patches do not touch rxe, and
 #          the rdma headers it compiles against are the running kernel's (linux-headers-*).
-#  ubuntu  The running kernel's own source package (the source of linux-modules-$(uname -r)),
-#          with deb-src enabled on the fly: the exact Ubuntu tree, but a ~250 MB download and a
-#          full unpack, and the archive keeps only current versions (an older runner image's
-#          kernel may be gone). The fallback.
+#
+# The module is installed as /lib/modules/$(uname -r)/updates/rxe-lab/rdma_rxe.ko, `depmod`
+# indexes it, and `modprobe rdma_rxe rdma_ucm` loads it with its dependencies.
 #
 # Also: RXE_SRC=<dir> builds that rxe source directory (no fetch); KVER=<release> builds for
-# another installed kernel than the running one; RXE_NO_LOAD=1 builds without loading.
+# another installed kernel than the running one; RXE_NO_LOAD=1 builds without installing.
 #
 # Loading an unsigned module needs a kernel without lockdown/enforced module signatures (true
-# of the hosted runners so far); if insmod says "Key was rejected by service", it is not.
+# of the hosted runners so far); if modprobe says "Key was rejected by service", it is not.
 set -euo pipefail
 
 work=${1:-$(mktemp -d /tmp/rxe-src.XXXXXX)}
@@ -109,21 +114,26 @@ case "${RXE_SRC:-auto}" in
   /*) rxe_src=$RXE_SRC && build ;;
   stable) fetch_stable && build ;;
   ubuntu) fetch_ubuntu && build ;;
-  auto) { fetch_stable && build; } || { log "upstream stable source failed; trying Ubuntu's source package"; fetch_ubuntu && build; } ;;
+  auto)
+    if dpkg-query -W "linux-modules-$kver" >/dev/null 2>&1; then
+      { fetch_ubuntu && build; } || { log "Ubuntu's source package failed; trying the upstream stable source"; fetch_stable && build; }
+    else
+      fetch_stable && build
+    fi ;;
   *) echo "build-rxe-module: RXE_SRC must be stable, ubuntu or an absolute directory" >&2; exit 2 ;;
 esac
 log "built $rxe_src/rdma_rxe.ko ($(modinfo -F vermagic "$rxe_src/rdma_rxe.ko"))"
 [ "${RXE_NO_LOAD:-0}" = 1 ] && exit 0
 
-# Dependencies first (insmod, unlike modprobe, resolves none). Some may be built in: a missing
-# module is only an error if insmod then fails.
-for m in ib_core ib_uverbs udp_tunnel ip6_udp_tunnel crc32_generic; do
-  "${sudo_cmd[@]}" modprobe "$m" 2>/dev/null || log "modprobe $m failed (built in, or missing)"
-done
-if [ ! -d /sys/module/rdma_rxe ]; then
-  if ! "${sudo_cmd[@]}" insmod "$rxe_src/rdma_rxe.ko"; then
-    "${sudo_cmd[@]}" dmesg | tail -20 >&2
-    exit 1
-  fi
+# Installed where modprobe finds it (updates/ wins over the kernel's own tree), indexed, loaded
+# with its dependencies. Loading an unsigned module needs a kernel without enforced signatures.
+dest=/lib/modules/$kver/updates/rxe-lab
+"${sudo_cmd[@]}" install -D -m 0644 "$rxe_src/rdma_rxe.ko" "$dest/rdma_rxe.ko"
+"${sudo_cmd[@]}" depmod -a "$kver"
+if [ "$kver" != "$(uname -r)" ]; then log "installed in $dest (not the running kernel: not loaded)"; exit 0; fi
+if ! "${sudo_cmd[@]}" modprobe rdma_rxe; then
+  "${sudo_cmd[@]}" dmesg | tail -20 >&2
+  exit 1
 fi
-log "rdma_rxe loaded"
+"${sudo_cmd[@]}" modprobe rdma_ucm || log "modprobe rdma_ucm failed (built in, or missing)"
+log "rdma_rxe loaded ($(modinfo -F filename rdma_rxe))"

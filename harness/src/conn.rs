@@ -280,6 +280,11 @@ impl Conn {
 
     /// Runs commands on this host with the same protocol semantics (the native provider).
     pub fn local(name: &str) -> Conn {
+        Conn::local_with(name, &[])
+    }
+
+    /// [`Conn::local`], with `extra` variables set (replacing this process's) for every command.
+    pub fn local_with(name: &str, extra: &[(String, String)]) -> Conn {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
             let w = weak.clone();
             let sink: crate::runner::Sink = Arc::new(move |r: Reply| {
@@ -288,8 +293,9 @@ impl Conn {
                 }
             });
             let mut env: Vec<(String, String)> = std::env::vars().collect();
-            env.retain(|(k, _)| k != "LAB_GUEST");
+            env.retain(|(k, _)| k != "LAB_GUEST" && !extra.iter().any(|(e, _)| e == k));
             env.push(("LAB_GUEST".into(), "1".into()));
+            env.extend(extra.iter().cloned());
             Inner {
                 name: name.to_string(),
                 transport: Transport::Local(Runner::new(sink, Some(env))),

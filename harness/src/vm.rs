@@ -27,8 +27,28 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-/// The agent binary built by build.rs.
-pub const AGENT_PATH: &str = env!("LAB_AGENT_PATH");
+/// The guest agent, built by build.rs and embedded here: the binary needs nothing of its build
+/// tree at run time (`cargo install` deletes its target dir; so does `cargo clean`).
+pub const AGENT: &[u8] = include_bytes!(env!("LAB_AGENT_PATH"));
+
+/// The embedded agent as an executable file (for `lab-agent --stdio` on the host, as the
+/// agent tests run it): written once per process under the temp dir, removed at exit.
+pub fn agent_file() -> Result<PathBuf> {
+    static FILE: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = new_state_dir("agent").map_err(|e| format!("{e:#}"))?;
+        let path = dir.join("lab-agent");
+        let tmp = dir.join("lab-agent.tmp");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::write(&tmp, AGENT)
+            .and_then(|()| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("writing the lab agent to {}: {e}", path.display()))?;
+        Ok(path)
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
 
 /// How the VMs are run. `from_env` reads LAB_VM_MEM_MB, LAB_ACCEL, LAB_BOOT_TIMEOUT_SECS,
 /// LAB_PCAP.
@@ -167,6 +187,63 @@ pub fn qemu_binary() -> Result<PathBuf> {
     which("qemu-system-x86_64").context(
         "qemu-system-x86_64 not found; fix: run `cargo lab setup` (installs qemu-system-x86)",
     )
+}
+
+/// The QEMU release the pair's wire needs: `-netdev stream` (a NIC as a client of the cable's
+/// unix socket) arrived in QEMU 7.2.
+pub const QEMU_FOR_STREAM: (u32, u32) = (7, 2);
+
+/// `(major, minor, micro)` from `qemu-system-x86_64 --version`'s first line ("QEMU emulator
+/// version 6.2.0 (Debian 1:6.2+dfsg-2ubuntu6.22)"); `None` for anything else.
+pub fn parse_qemu_version(text: &str) -> Option<(u32, u32, u32)> {
+    let line = text.lines().next()?;
+    let v = line.split("version ").nth(1)?.split_whitespace().next()?;
+    let mut parts = v.split('.').map(|p| {
+        p.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse::<u32>()
+            .ok()
+    });
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let micro = parts.next().flatten().unwrap_or(0);
+    Some((major, minor, micro))
+}
+
+/// Refuses, at once and by name, a QEMU too old for the pair's wire (instead of a QEMU that
+/// exits at start with "invalid netdev type" deep in a boot).
+pub fn require_stream_netdev(qemu: &Path) -> Result<()> {
+    let out = Command::new(qemu)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} --version", qemu.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(v) = parse_qemu_version(&text) else {
+        bail!(
+            "cannot tell the version of {} (its --version printed {:?}); the pair needs QEMU \
+             {}.{} or newer",
+            qemu.display(),
+            text.trim(),
+            QEMU_FOR_STREAM.0,
+            QEMU_FOR_STREAM.1
+        );
+    };
+    if (v.0, v.1) < QEMU_FOR_STREAM {
+        bail!(
+            "{} is QEMU {}.{}.{}; the pair's wire (`-netdev stream`) needs QEMU {}.{} or newer. \
+             Fix: a newer QEMU (Debian 12 ships 7.2, Ubuntu 24.04 8.2), or use the loopback \
+             topology",
+            qemu.display(),
+            v.0,
+            v.1,
+            v.2,
+            QEMU_FOR_STREAM.0,
+            QEMU_FOR_STREAM.1
+        );
+    }
+    Ok(())
 }
 
 /// A fresh private state dir under the temp dir: `rxe-lab.<pid>.<n>.<what>`, with an
@@ -338,15 +415,16 @@ pub struct BootPlan {
 
 /// Finds the kernel, builds (or reuses) the initramfs and the vmlinux, picks the accelerator.
 pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
+    if topology == Topology::Pair {
+        require_stream_netdev(&qemu_binary()?)?;
+    }
     let kernel = kernel::find_kernel()?;
-    let agent =
-        std::fs::read(AGENT_PATH).with_context(|| format!("reading the lab agent {AGENT_PATH}"))?;
+    let agent = AGENT;
     let wanted = match topology {
         Topology::Loopback => kernel::LOOPBACK_MODULES,
         Topology::Pair => kernel::PAIR_MODULES,
     };
-    let initrd =
-        initramfs::cached(&kernel, wanted, &agent).context("building the lab initramfs")?;
+    let initrd = initramfs::cached(&kernel, wanted, agent).context("building the lab initramfs")?;
     let image = if std::env::var_os("LAB_NO_PVH").is_some() {
         kernel.image.clone()
     } else {
@@ -617,4 +695,58 @@ pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -
         bail!("no VM started");
     }
     Ok((out, cable))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_versions_parse_and_old_ones_are_named() {
+        for (text, want) in [
+            (
+                "QEMU emulator version 6.2.0 (Debian 1:6.2+dfsg-2ubuntu6.22)\nCopyright",
+                Some((6, 2, 0)),
+            ),
+            (
+                "QEMU emulator version 7.2.15 (Debian 1:7.2+dfsg-7+deb12u12)",
+                Some((7, 2, 15)),
+            ),
+            (
+                "QEMU emulator version 8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)",
+                Some((8, 2, 2)),
+            ),
+            ("QEMU emulator version 10.0.50", Some((10, 0, 50))),
+            ("QEMU emulator version 9.1", Some((9, 1, 0))),
+            ("", None),
+            ("qemu-system-x86_64: something else", None),
+            ("QEMU emulator version x.y", None),
+        ] {
+            assert_eq!(parse_qemu_version(text), want, "{text:?}");
+        }
+        assert!((6, 2) < QEMU_FOR_STREAM && (7, 2) >= QEMU_FOR_STREAM && (10, 0) > QEMU_FOR_STREAM);
+    }
+
+    /// A QEMU that reports 6.2 (a script standing in for the binary) is refused with both
+    /// versions named.
+    #[test]
+    fn an_old_qemu_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("qemu-system-x86_64");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho 'QEMU emulator version 6.2.0 (Debian 1:6.2+dfsg-2ubuntu6.22)'\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = format!("{:#}", require_stream_netdev(&fake).unwrap_err());
+        assert!(
+            e.contains("QEMU 6.2.0") && e.contains("needs QEMU 7.2 or newer"),
+            "{e}"
+        );
+        if let Some(q) = which("qemu-system-x86_64") {
+            require_stream_netdev(&q).expect("this host's QEMU runs the pair");
+        }
+    }
 }

@@ -26,7 +26,7 @@ impl Drop for Agent {
 
 fn agent() -> Agent {
     let (host, guest) = UnixStream::pair().unwrap();
-    let child = Command::new(harness::vm::AGENT_PATH)
+    let child = Command::new(harness::vm::agent_file().expect("the embedded lab agent as a file"))
         .arg("--stdio")
         .stdin(Stdio::from(std::os::fd::OwnedFd::from(
             guest.try_clone().unwrap(),

@@ -216,11 +216,17 @@ impl Testbed {
     /// larger than the link's MTU being dropped) cannot happen on one device: see
     /// [`Testbed::single_device`].
     pub fn native(topology: Topology) -> Testbed {
+        // What runs here opens the provider's device, not the host's first one (a runner's MANA
+        // or mlx5 device sorts before rxe0).
+        let extra: Vec<(String, String)> = native_device()
+            .map(|d| ("LAB_DEVICE".to_string(), d))
+            .into_iter()
+            .collect();
         let nodes = topo_nodes(topology)
             .iter()
             .map(|&n| LabNode {
                 node: n,
-                conn: Conn::local(&format!("native {}", node_tag(n))),
+                conn: Conn::local_with(&format!("native {}", node_tag(n)), &extra),
                 console: None,
             })
             .collect();

@@ -1,0 +1,96 @@
+//! Helpers shared by the install and action-steps tests: a command with a deadline.
+
+use std::io::Read as _;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a command did: its exit code (`None`: killed, or it overran its deadline) and its
+/// stdout and stderr, interleaved in no particular order (stdout first).
+#[derive(Debug)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+}
+
+impl Ran {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+    pub fn text(&self) -> String {
+        format!(
+            "exit {:?}{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code,
+            if self.timed_out {
+                " (deadline passed: killed)"
+            } else {
+                ""
+            },
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` (stdin from /dev/null) in its own process group; past `limit` the whole group is
+/// killed. Never panics: a command that cannot start is reported as exit `None` with the error.
+pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Ran {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Ran {
+                code: None,
+                stdout: String::new(),
+                stderr: format!("cannot start {cmd:?}: {e}"),
+                timed_out: false,
+            };
+        }
+    };
+    let pump = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut b = vec![];
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut b);
+            }
+            String::from_utf8_lossy(&b).into_owned()
+        })
+    };
+    let out = pump(child.stdout.take().map(|s| Box::new(s) as _));
+    let err = pump(child.stderr.take().map(|s| Box::new(s) as _));
+    let deadline = Instant::now() + limit;
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) if Instant::now() >= deadline => {
+                timed_out = true;
+                // The whole group (the child is not reaped yet, so its id is still its group's).
+                let _ = Command::new("kill")
+                    .args(["-s", "KILL", "--"])
+                    .arg(format!("-{}", child.id()))
+                    .stderr(Stdio::null())
+                    .status();
+                let _ = child.kill();
+                break child.wait().ok();
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(_) => break None,
+        }
+    };
+    Ran {
+        code: if timed_out {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        timed_out,
+    }
+}
