@@ -88,6 +88,7 @@ pub mod error;
 pub mod exchange;
 mod flags;
 pub mod host;
+pub mod kernel;
 pub mod mr;
 pub mod mw;
 pub mod pd;

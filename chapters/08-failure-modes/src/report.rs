@@ -7,6 +7,7 @@
 
 use std::fmt::Display;
 
+use lab::kernel::{KernelVersion, RxeChange};
 use lab::{Errno, Error, WcStatus, WorkCompletion};
 
 /// "1 check", "5 checks".
@@ -32,6 +33,19 @@ impl Report {
     pub fn step(&mut self, text: impl Display) {
         self.step += 1;
         println!("step {}: {text}", self.step);
+    }
+
+    /// Where rxe changed between kernels (lab::kernel): does this kernel follow the later
+    /// record for `change`? Prints which record the next checks hold against, so a reader of
+    /// the output knows which kernel's behaviour it shows.
+    pub fn record(&self, change: RxeChange) -> crate::rig::R<bool> {
+        let k = KernelVersion::running().map_err(|e| format!("which kernel rxe runs in: {e}"))?;
+        println!(
+            "  checked against: {} ({})",
+            change.record(k),
+            change.name()
+        );
+        Ok(change.holds_on(k))
     }
 
     /// An indented detail line under the current step.

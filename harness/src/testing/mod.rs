@@ -263,6 +263,34 @@ fn cwd() -> String {
         .unwrap_or_else(|_| "/".into())
 }
 
+/// The kernel release the lab's node A runs (`/proc/sys/kernel/osrelease` there: the guest's
+/// kernel in the microVM lab, this host's natively), for tests whose expectations depend on
+/// the kernel rxe is part of (`lab::kernel` in the chapters). Asked once per topology and
+/// test binary.
+pub fn lab_kernel(topology: Topology) -> String {
+    static KERNELS: [Mutex<Option<String>>; 2] = [Mutex::new(None), Mutex::new(None)];
+    let mut g = KERNELS[topo_index(topology)]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = &*g {
+        return k.clone();
+    }
+    let lab = lab(topology);
+    let cmd = Cmd::new(["cat", "/proc/sys/kernel/osrelease"]).timeout(Duration::from_secs(30));
+    let out = lab
+        .run(Node::A, &cmd, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("lab_kernel: {e:#}"));
+    let release = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        matches!(out.status, ExitStatus::Code(0)) && !release.is_empty(),
+        "lab_kernel: `cat /proc/sys/kernel/osrelease` on node a gave {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    *g = Some(release.clone());
+    release
+}
+
 /// Runs `body` where the rxe device is. Inside the lab (`LAB_GUEST=1`) it runs `body`
 /// directly; elsewhere it re-runs this test (`test_name`, as libtest names it, e.g.
 /// `tests::opens_a_device`; "" = the current thread's name, which libtest sets to the test's
