@@ -999,6 +999,20 @@ fn on_linux_x64_the_fixture_crates_device_tests_pass_through_the_action() {
     );
     let boot = report.step("Boot the lab");
     assert!(boot.output.contains("rxe0"), "{}", boot.output);
+    // The lab's artefacts were built where the cache step keeps them (LAB_CACHE_DIR).
+    let lab_cache = temp.path().join("rxe-lab/cache");
+    let built: Vec<String> = std::fs::read_dir(&lab_cache)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        built.iter().any(|f| f.starts_with("initramfs-")),
+        "no initramfs in {}: {built:?}",
+        lab_cache.display()
+    );
     for step in ["rxe-lab packages", "KVM, when"] {
         eprintln!("not run here: {step}: {:?}", report.step(step).outcome);
     }
@@ -1018,6 +1032,12 @@ fn on_linux_x64_the_fixture_crates_device_tests_pass_through_the_action() {
         report.step("Build cargo-lab").outcome,
         Outcome::Skipped,
         "the second run should find cargo-lab in the cache:\n{}",
+        report.summary()
+    );
+    let restored = report.step("lab artefacts from the cache");
+    assert!(
+        restored.output.contains("hit true"),
+        "the second run should find the lab's artefacts in the cache:\n{}",
         report.summary()
     );
     let log = std::fs::read_to_string(temp.path().join("probe.log")).unwrap_or_default();

@@ -12,25 +12,38 @@
 
 use std::fmt;
 
-/// A Linux kernel version: the `major.minor` that `uname -r` starts with.
+/// A Linux kernel version: the `major.minor.patch` that `uname -r` starts with. The patch
+/// level matters only for fixes a stable series got later (Debian 12 prints `6.1.0` whatever
+/// its stable level is; no change below was backported to 6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KernelVersion {
     pub major: u32,
     pub minor: u32,
+    pub patch: u32,
 }
 
 impl KernelVersion {
+    /// `major.minor.0`.
     pub const fn new(major: u32, minor: u32) -> KernelVersion {
-        KernelVersion { major, minor }
+        KernelVersion {
+            major,
+            minor,
+            patch: 0,
+        }
     }
 
     /// Parses a release as `uname -r` prints it: `6.1.0-44-amd64`, `6.12.117+deb13-amd64`,
-    /// `7.3.4+deb13-amd64`, `6.8.0-1017-azure` (the first two numbers count).
+    /// `7.3.4+deb13-amd64`, `6.8.0-1017-azure` (a missing patch level is 0).
     pub fn parse(release: &str) -> Option<KernelVersion> {
         let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
         let major = it.next()?.parse().ok()?;
         let minor = it.next()?.parse().ok()?;
-        Some(KernelVersion { major, minor })
+        let patch = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        Some(KernelVersion {
+            major,
+            minor,
+            patch,
+        })
     }
 
     /// The kernel this process runs on (`/proc/sys/kernel/osrelease`).
@@ -43,8 +56,13 @@ impl KernelVersion {
 }
 
 impl fmt::Display for KernelVersion {
+    /// `6.4`, or `6.12.13` when there is a patch level.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
+        write!(f, "{}.{}", self.major, self.minor)?;
+        if self.patch > 0 {
+            write!(f, ".{}", self.patch)?;
+        }
+        Ok(())
     }
 }
 
@@ -61,6 +79,10 @@ pub enum RxeChange {
     /// as the spec asks. On 6.1 the retransmit timer kept running through the RNR waits and
     /// used up retry_cnt: `IBV_WC_RETRY_EXC_ERR`, QP in ERR.
     RnrForeverOutlastsRetryCnt,
+    /// Every MR gets an rkey, equal to its lkey, from 6.5 on; before, an MR without a REMOTE_*
+    /// flag had rkey 0. Either way a peer's READ, WRITE or atomic through it is refused: the
+    /// responder checks the MR's access flags (rxe_resp.c `check_rkey`, rxe_mr.c `lookup_mr`).
+    RkeyIsLkey,
     /// `ibv_create_qp` reports the queue size rxe really gives (max_recv_wr 4 reads back 7:
     /// 2^3 slots, one kept empty) from 6.6 on; on 6.1 it read back the 4 asked for.
     QueueCapRounded,
@@ -69,15 +91,20 @@ pub enum RxeChange {
     /// ERR and the SEND completes with `IBV_WC_WR_FLUSH_ERR`. On 6.1 rxe tried it again,
     /// forever, and the QP stayed RTS: a silent hang.
     XmitErrorFailsWr,
+    /// The port's `max_msg_sz` reads 2 GiB, what `ibv_post_send` always allowed; before the
+    /// fix it read 8 MiB (`RXE_PORT_MAX_MSG_SZ` 0x800000, rxe_param.h).
+    PortMaxMsgSz2GiB,
 }
 
 impl RxeChange {
-    /// In order of release.
-    pub const ALL: [RxeChange; 4] = [
+    /// In order of mainline release.
+    pub const ALL: [RxeChange; 6] = [
         RxeChange::LocalErrorFlushed,
+        RxeChange::RkeyIsLkey,
         RxeChange::QueueCapRounded,
         RxeChange::RnrForeverOutlastsRetryCnt,
         RxeChange::XmitErrorFailsWr,
+        RxeChange::PortMaxMsgSz2GiB,
     ];
 
     /// The first mainline release with the change: the release of the commit that made it.
@@ -88,6 +115,10 @@ impl RxeChange {
             // rxe_completer, seeing ERR, flushes the whole send queue (flush_send_wqe sets
             // IB_WC_WR_FLUSH_ERR) before the failed WQE's own status is looked at.
             RxeChange::LocalErrorFlushed => KernelVersion::new(6, 4),
+            // 86a3fb55bc4f "RDMA/rxe: Let rkey == lkey for local access" (v6.5): rxe_mr_init
+            // sets `mr->rkey = key` whatever the access flags (6.1: `(access &
+            // IB_ACCESS_REMOTE) ? lkey : 0`).
+            RxeChange::RkeyIsLkey => KernelVersion::new(6, 5),
             // e0ba8ff46704 "RDMA/rxe: Move work queue code to subroutines" (v6.6; also
             // backported to 6.4.y and 6.5.y): rxe_init_rq copies the rounded size back into
             // init->cap.
@@ -100,6 +131,36 @@ impl RxeChange {
             // IP stack's error (6.1 turned every one into -EAGAIN, and rxe_requester rolled the
             // packet back and tried again), and rxe_requester fails the WQE on it.
             RxeChange::XmitErrorFailsWr => KernelVersion::new(6, 10),
+            // db03b70969aa "RDMA/rxe: Fix mismatched max_msg_sz" (v6.14; backports below).
+            RxeChange::PortMaxMsgSz2GiB => KernelVersion::new(6, 14),
+        }
+    }
+
+    /// The stable releases that got the change before its mainline release: a kernel of that
+    /// series at or past that patch level has it too.
+    pub const fn backports(self) -> &'static [KernelVersion] {
+        const MAX_MSG_SZ: &[KernelVersion] = &[
+            KernelVersion {
+                major: 6,
+                minor: 6,
+                patch: 76,
+            },
+            KernelVersion {
+                major: 6,
+                minor: 12,
+                patch: 13,
+            },
+            KernelVersion {
+                major: 6,
+                minor: 13,
+                patch: 2,
+            },
+        ];
+        match self {
+            RxeChange::PortMaxMsgSz2GiB => MAX_MSG_SZ,
+            // e0ba8ff46704 went to 6.4.y and 6.5.y too, at levels not traced: those series
+            // count as without it.
+            _ => &[],
         }
     }
 
@@ -107,6 +168,7 @@ impl RxeChange {
     pub const fn commit(self) -> &'static str {
         match self {
             RxeChange::LocalErrorFlushed => "98e891b5e4d9 \"RDMA/rxe: Remove qp->req.state\"",
+            RxeChange::RkeyIsLkey => "86a3fb55bc4f \"RDMA/rxe: Let rkey == lkey for local access\"",
             RxeChange::QueueCapRounded => {
                 "e0ba8ff46704 \"RDMA/rxe: Move work queue code to subroutines\""
             }
@@ -116,12 +178,17 @@ impl RxeChange {
             RxeChange::XmitErrorFailsWr => {
                 "9cc6290991e6 \"RDMA/rxe: Get rid of pkt resend on err\""
             }
+            RxeChange::PortMaxMsgSz2GiB => "db03b70969aa \"RDMA/rxe: Fix mismatched max_msg_sz\"",
         }
     }
 
     /// Does rxe on kernel `k` behave the new way?
     pub fn holds_on(self, k: KernelVersion) -> bool {
         k >= self.since()
+            || self
+                .backports()
+                .iter()
+                .any(|b| (b.major, b.minor) == (k.major, k.minor) && k.patch >= b.patch)
     }
 
     /// The behaviour a chapter checks against on kernel `k`, as it prints it: "rxe from Linux
@@ -134,15 +201,15 @@ impl RxeChange {
         }
     }
 
-    /// The newest change that holds on `k`, which names the set of behaviours `k` has (the
-    /// changes come in order of release, so the newest one implies the others): `None` on
-    /// 6.1's, `Some(6.10)` on 6.12 and 7.x. Snapshots of output that shows several changes are
-    /// keyed by it.
-    pub fn newest_on(k: KernelVersion) -> Option<KernelVersion> {
-        RxeChange::ALL
+    /// For output that shows several changes (none of them backported): the newest of
+    /// `changes` that holds on `k`, which names the set `k` has (the changes come in order of
+    /// release, so the newest implies the older ones). `None` on 6.1; chapter 08's four give
+    /// `Some(6.10)` on 6.12 and 7.x. Snapshots of such output are keyed by it.
+    pub fn newest_on(changes: &[RxeChange], k: KernelVersion) -> Option<KernelVersion> {
+        changes
             .iter()
+            .filter(|c| c.holds_on(k))
             .map(|c| c.since())
-            .filter(|&v| v <= k)
             .max()
     }
 
@@ -152,7 +219,9 @@ impl RxeChange {
             RxeChange::LocalErrorFlushed => "local-error-flushed",
             RxeChange::RnrForeverOutlastsRetryCnt => "rnr-forever-outlasts-retry-cnt",
             RxeChange::QueueCapRounded => "queue-cap-rounded",
+            RxeChange::RkeyIsLkey => "rkey-is-lkey",
             RxeChange::XmitErrorFailsWr => "xmit-error-fails-wr",
+            RxeChange::PortMaxMsgSz2GiB => "port-max-msg-sz-2gib",
         }
     }
 }
@@ -170,11 +239,8 @@ mod tests {
             ("6.8.0-1017-azure", (6, 8)),
             ("6.12", (6, 12)),
         ] {
-            assert_eq!(
-                KernelVersion::parse(release),
-                Some(KernelVersion::new(want.0, want.1)),
-                "{release}"
-            );
+            let got = KernelVersion::parse(release).unwrap_or_else(|| panic!("{release}"));
+            assert_eq!((got.major, got.minor), want, "{release}");
         }
         for bad in ["", "linux", "6", "6.x"] {
             assert_eq!(KernelVersion::parse(bad), None, "{bad:?}");
@@ -190,25 +256,49 @@ mod tests {
     #[test]
     fn the_measured_kernels_fall_on_their_side() {
         // Measured: none of the changes on 6.1, all of them on 6.12.117 and 7.3.4.
+        let k = |s| KernelVersion::parse(s).unwrap();
         for c in RxeChange::ALL {
-            assert!(!c.holds_on(KernelVersion::new(6, 1)), "{c:?}");
-            assert!(c.holds_on(KernelVersion::new(6, 12)), "{c:?}");
-            assert!(c.holds_on(KernelVersion::new(7, 3)), "{c:?}");
+            assert!(!c.holds_on(k("6.1.0-44-amd64")), "{c:?}");
+            assert!(c.holds_on(k("6.12.117+deb13-amd64")), "{c:?}");
+            assert!(c.holds_on(k("7.3.4+deb13-amd64")), "{c:?}");
         }
         let c = RxeChange::LocalErrorFlushed;
         assert_eq!(c.record(KernelVersion::new(6, 1)), "rxe before Linux 6.4");
+        assert!(KernelVersion::parse("6.12.117").unwrap() > KernelVersion::new(6, 12));
         assert_eq!(c.record(KernelVersion::new(7, 3)), "rxe from Linux 6.4 on");
+    }
+
+    #[test]
+    fn backports_count_from_their_patch_level() {
+        let c = RxeChange::PortMaxMsgSz2GiB;
+        let k = |s| KernelVersion::parse(s).unwrap();
+        assert!(!c.holds_on(k("6.1.0-44-amd64")));
+        assert!(!c.holds_on(k("6.6.75")));
+        assert!(c.holds_on(k("6.6.76")));
+        assert!(!c.holds_on(k("6.12.12")));
+        assert!(c.holds_on(k("6.12.117+deb13-amd64")));
+        assert!(!c.holds_on(k("6.8.0-1017-azure")));
+        assert!(c.holds_on(k("6.14.0")));
+        assert!(c.holds_on(k("7.3.4+deb13-amd64")));
+        assert_eq!(k("6.12.13").to_string(), "6.12.13");
+        assert_eq!(c.since().to_string(), "6.14");
     }
 
     #[test]
     fn the_newest_change_names_a_kernels_set() {
         let v = KernelVersion::new;
-        assert_eq!(RxeChange::newest_on(v(6, 1)), None);
-        assert_eq!(RxeChange::newest_on(v(6, 5)), Some(v(6, 4)));
-        // Ubuntu 24.04's 6.8: two of the three.
-        assert_eq!(RxeChange::newest_on(v(6, 8)), Some(v(6, 6)));
-        assert_eq!(RxeChange::newest_on(v(6, 12)), Some(v(6, 10)));
-        assert_eq!(RxeChange::newest_on(v(7, 3)), Some(v(6, 10)));
+        let four = &[
+            RxeChange::LocalErrorFlushed,
+            RxeChange::QueueCapRounded,
+            RxeChange::RnrForeverOutlastsRetryCnt,
+            RxeChange::XmitErrorFailsWr,
+        ];
+        assert_eq!(RxeChange::newest_on(four, v(6, 1)), None);
+        assert_eq!(RxeChange::newest_on(four, v(6, 5)), Some(v(6, 4)));
+        // Ubuntu 24.04's 6.8: two of the four.
+        assert_eq!(RxeChange::newest_on(four, v(6, 8)), Some(v(6, 6)));
+        assert_eq!(RxeChange::newest_on(four, v(6, 12)), Some(v(6, 10)));
+        assert_eq!(RxeChange::newest_on(four, v(7, 3)), Some(v(6, 10)));
         // ALL is in order of release (newest_on relies on it).
         let sinces: Vec<_> = RxeChange::ALL.iter().map(|c| c.since()).collect();
         let mut sorted = sinces.clone();

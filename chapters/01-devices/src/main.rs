@@ -30,6 +30,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
+use lab::kernel::{KernelVersion, RxeChange};
 use lab::say;
 use lab::show::{self, Align, Table};
 use lab::{Context, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortState, QpInitAttr, RtrAttr};
@@ -263,6 +264,24 @@ fn run(args: &Args) -> Res<()> {
         "  max_msg_sz: {} bytes (the largest single message)",
         port.max_msg_sz
     );
+    // rxe's reported value changed with the kernel (lab::kernel::RxeChange); its limit on
+    // posted work requests did not: 2 GiB on both.
+    let fixed = RxeChange::PortMaxMsgSz2GiB;
+    match KernelVersion::running() {
+        Ok(k) if fixed.holds_on(k) => say!(
+            "    (2 GiB, what rxe accepts in a work request; before the fix {} in Linux {}, \
+             also in 6.6.76 and 6.12.13, rxe reported 8 MiB here while accepting 2 GiB)",
+            fixed.commit(),
+            fixed.since()
+        ),
+        Ok(_) => say!(
+            "    (rxe reports 8 MiB here but accepts work requests up to 2 GiB; the fix {} in \
+             Linux {} makes it report 2 GiB)",
+            fixed.commit(),
+            fixed.since()
+        ),
+        Err(e) => say!("    (which kernel rxe runs in: {e})"),
+    }
     say!(
         "  max_mtu: {}, active_mtu: {}",
         port.max_mtu.bytes(),

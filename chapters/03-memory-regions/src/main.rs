@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 // `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
 // expected one.
 use lab::course::{connected_pair, expect, wait_for_err};
+use lab::kernel::{KernelVersion, RxeChange};
 use lab::say;
 use lab::show::{self, Align, Table};
 use lab::{AccessFlags, Context, MemoryRegion, SendWr, WcStatus};
@@ -145,16 +146,60 @@ fn run() -> Res<()> {
         mrs.push((role, mr));
     }
     print!("{t}");
-    say!(
-        "  every region has an lkey; rxe issues an rkey only when a REMOTE_* flag is set \
-         (\"none\": the rkey is 0, and no peer can name this memory at all)"
-    );
-    let no_rkey: Vec<&str> = mrs
+    // Which regions carry an rkey depends on the kernel rxe is part of (lab::kernel): from
+    // Linux 6.5 on every MR gets one, equal to its lkey; before, only MRs with a REMOTE_* flag.
+    // Either way the access flags decide what a peer may do through it.
+    let change = RxeChange::RkeyIsLkey;
+    let kernel = KernelVersion::running().map_err(|e| format!("which kernel rxe runs in: {e}"))?;
+    if change.holds_on(kernel) {
+        say!(
+            "  every region has an lkey and an rkey, the same number ({}: {}); without a \
+             REMOTE_* flag the rkey is there but useless: the peer's device checks the region's \
+             flags and refuses a READ, WRITE or atomic through it",
+            change.record(kernel),
+            change.commit()
+        );
+        let same = mrs.iter().all(|(_, mr)| mr.rkey() == mr.lkey());
+        say!(
+            "  rkey equals lkey for every region: {}",
+            if same { "yes" } else { "NO" }
+        );
+        expect(same, || {
+            "rxe from Linux 6.5 on gives every MR rkey == lkey".into()
+        })?;
+    } else {
+        say!(
+            "  every region has an lkey; rxe issues an rkey only when a REMOTE_* flag is set \
+             (\"none\": the rkey is 0, and no peer can name this memory at all; {})",
+            change.record(kernel)
+        );
+    }
+    let no_remote: Vec<&str> = mrs
         .iter()
-        .filter(|(_, mr)| mr.rkey() == 0)
+        .filter(|(_, mr)| {
+            let a = mr.access();
+            !(a.contains(AccessFlags::REMOTE_READ)
+                || a.contains(AccessFlags::REMOTE_WRITE)
+                || a.contains(AccessFlags::REMOTE_ATOMIC))
+        })
         .map(|(r, _)| *r)
         .collect();
-    say!("  regions without an rkey: {}", no_rkey.join(", "));
+    if change.holds_on(kernel) {
+        say!(
+            "  regions a peer cannot reach (no REMOTE_* flag): {}",
+            no_remote.join(", ")
+        );
+    } else {
+        let no_rkey: Vec<&str> = mrs
+            .iter()
+            .filter(|(_, mr)| mr.rkey() == 0)
+            .map(|(r, _)| *r)
+            .collect();
+        say!("  regions without an rkey: {}", no_rkey.join(", "));
+        expect(no_rkey == no_remote, || {
+            format!("regions without an rkey {no_rkey:?}, without a REMOTE_* flag {no_remote:?}")
+        })?;
+    }
     println!();
 
     // -----------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@
 //!
 //! * **`lkey0`**: posting the WRITE from a buffer that was never registered, with `lkey = 0`
 //!   ("the NIC only needs the address"). The local NIC cannot translate the address: the WRITE
-//!   completes with `IBV_WC_LOC_QP_OP_ERR (2)` (not LOC_PROT_ERR), the QP goes to ERR and
-//!   nothing goes on the wire.
+//!   fails, the QP goes to ERR and nothing goes on the wire. Its status depends on the kernel:
+//!   `IBV_WC_LOC_QP_OP_ERR (2)` before Linux 6.4 (not LOC_PROT_ERR), `IBV_WC_WR_FLUSH_ERR (5)`
+//!   from 6.4 on (`lab::kernel`).
 //! * **reading `byte_len` of the WRITE's completion**: it is only defined for receive-side
 //!   completions (and READ/atomics). On rxe it happens to be filled, but nothing promises it:
 //!   the byte count the *target* can trust is in its `IBV_WC_RECV_RDMA_WITH_IMM` completion.
@@ -48,7 +49,8 @@ use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, Remo
 use lab::show;
 use lab::{
     AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, QpAttr, QpInitAttr,
-    QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WorkCompletion, state,
+    QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    state,
 };
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -498,9 +500,17 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         .wait_one(timeout)
         .or_fail("cannot wait for the WRITE's completion")?;
     if o.mistake == Some(Mistake::Lkey0) {
+        // The status depends on the kernel rxe is part of (lab::kernel::RxeChange): the
+        // requester's own LOC_QP_OP_ERR before Linux 6.4, a flush from 6.4 on.
+        let flushed = if wc.status == WcStatus::WrFlushErr {
+            "\n  note: from Linux 6.4 on, rxe moves the QP to ERR on a bad lkey and completes the \
+             WR as flushed, so the status names no cause (before 6.4: IBV_WC_LOC_QP_OP_ERR (2))"
+        } else {
+            ""
+        };
         return Err(Failure(format!(
-            "the WRITE completed with {}: {}\n  hint: every SGE needs the lkey of a registered \
-             region that covers it; lkey 0 on rxe is not a key at all",
+            "the WRITE completed with {}: {}{flushed}\n  hint: every SGE needs the lkey of a \
+             registered region that covers it; lkey 0 on rxe is not a key at all",
             wc.status,
             wc.status.explanation()
         )));

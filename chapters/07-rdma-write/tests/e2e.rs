@@ -9,8 +9,9 @@
 //! * `bad_command_line`: refused before any device is touched (runs on the host).
 
 use harness::Topology;
-use harness::testing::{Role, run_chapter, run_roles};
+use harness::testing::{Role, lab_kernel, run_chapter, run_roles};
 use harness::testing_cli::refuses_command_line;
+use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 const PKG: &str = "ch07-rdma-write";
@@ -51,7 +52,20 @@ fn chapter() {
 )]
 fn mistake(#[case] name: &str, #[case] culprit: &str, #[case] evidence: &str) {
     let t = run_chapter(PKG, EXE, &["--mistake", name]);
-    insta::with_settings!({ snapshot_suffix => name }, {
+    // lkey0's status depends on the lab's kernel (lab::kernel): from Linux 6.4 on it is a
+    // flush, with its own snapshot (`e2e__mistake@lkey0-linux-6.4.snap`).
+    let change = RxeChange::LocalErrorFlushed;
+    let release = lab_kernel(Topology::Loopback);
+    let kernel = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));
+    let (suffix, evidence) = if name == "lkey0" && change.holds_on(kernel) {
+        (
+            format!("{name}-linux-{}", change.since()),
+            "IBV_WC_WR_FLUSH_ERR (5)",
+        )
+    } else {
+        (name.to_string(), evidence)
+    };
+    insta::with_settings!({ snapshot_suffix => suffix }, {
         insta::assert_snapshot!("mistake", t.redacted());
     });
     // The role that made the mistake fails with the exact status or errno; its peer notices
