@@ -1,8 +1,10 @@
 //! The lab VM's initramfs, built in Rust (cpio "newc") and cached per kernel and agent.
 //!
 //! Contents: a static busybox (for the init script), the kernel modules in load order
-//! (decompressed), the init script and the agent. Init mounts the host's root read-only over 9p
-//! with a tmpfs overlay on top, chroots into it and execs the agent.
+//! (decompressed), the init script, the agent and the kernel's build configuration when one is
+//! found beside it (programs in the guest read it at `/run/lab-kernel-config`: the host's
+//! `/boot/config-<release>` exists only for the host's own kernels). Init mounts the host's root
+//! read-only over 9p with a tmpfs overlay on top, chroots into it and execs the agent.
 
 use crate::kernel::{self, Kernel};
 use anyhow::{Context as _, Result, bail};
@@ -28,6 +30,11 @@ $bb mount -t tmpfs tmpfs /newroot/run
 $bb mkdir -p /newroot/dev/shm /newroot/dev/pts
 $bb mount -t tmpfs tmpfs /newroot/dev/shm
 $bb mount -t devpts devpts /newroot/dev/pts
+[ -f /kernel-config ] && $bb cp /kernel-config /newroot/run/lab-kernel-config
+if [ -n "$LAB_MODDIR" ]; then
+  v=$($bb uname -r)
+  $bb mkdir -p /newroot/lib/modules/$v && $bb mount --bind /newroot$LAB_MODDIR /newroot/lib/modules/$v || echo "lab-init: binding the module tree $LAB_MODDIR failed"
+fi
 $bb cp /lab-agent /newroot/run/lab-agent
 $bb cp $bb /newroot/run/busybox
 exec $bb chroot /newroot /run/lab-agent --guest
@@ -167,7 +174,30 @@ pub fn entries(
         mode: 0o755,
         data: agent.to_vec(),
     });
+    if let Some(config) = kernel_config(kernel) {
+        let data =
+            std::fs::read(&config).with_context(|| format!("reading {}", config.display()))?;
+        e.push(Entry::File {
+            path: "kernel-config".into(),
+            mode: 0o644,
+            data,
+        });
+    }
     Ok(e)
+}
+
+/// The kernel's build configuration: `config-<version>` beside the image (Debian's /boot
+/// layout, and 6.x packages unpacked by `cargo lab kernel fetch`), or `config` in the module
+/// tree (Debian's 7.x packages); `None` when there is neither.
+pub fn kernel_config(kernel: &Kernel) -> Option<PathBuf> {
+    let beside = kernel
+        .image
+        .parent()
+        .map(|d| d.join(format!("config-{}", kernel.version)));
+    [beside, Some(kernel.modules.join("config"))]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
 }
 
 /// FNV-1a, 64 bit: a stable hash for cache keys.
@@ -230,6 +260,10 @@ pub fn cached(kernel: &Kernel, wanted: &[&str], agent: &[u8]) -> Result<PathBuf>
         sizes.as_bytes(),
         INIT.as_bytes(),
         b"strip-signatures",
+        kernel_config(kernel)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .as_bytes(),
         agent,
         &busybox,
     ]);

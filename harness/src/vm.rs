@@ -491,6 +491,21 @@ impl Wire {
     }
 }
 
+/// The module tree init must bind at `/lib/modules/<ver>` in the guest: `None` when the host's
+/// own tree is already there (the guest sees the host's root), or when the path has a space
+/// (the kernel command line could not carry it; such a kernel's modules load only from the
+/// initramfs).
+pub fn guest_module_tree(k: &Kernel) -> Option<PathBuf> {
+    let own = kernel::MODULE_ROOTS
+        .iter()
+        .any(|r| k.modules == Path::new(r).join(&k.version));
+    let printable = k
+        .modules
+        .to_str()
+        .is_some_and(|s| !s.contains(char::is_whitespace));
+    (!own && printable).then(|| k.modules.clone())
+}
+
 /// Starts one VM (no wait): `node` None is the loopback VM.
 pub fn start_one(
     plan: &BootPlan,
@@ -522,6 +537,12 @@ pub fn start_one(
     if let Ok(extra) = std::env::var("LAB_VM_APPEND") {
         append.push(' ');
         append.push_str(&extra);
+    }
+    // A kernel whose module tree is not the host's /lib/modules/<ver> (one `cargo lab kernel
+    // fetch` unpacked into the cache): init binds the tree there inside the guest, so that the
+    // kernel's own module requests (a qdisc `tc` asks for, say) find their modules.
+    if let Some(dir) = guest_module_tree(&plan.kernel) {
+        append.push_str(&format!(" LAB_MODDIR={}", dir.display()));
     }
     if let Some(n) = node {
         append.push_str(match n {

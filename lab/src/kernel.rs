@@ -67,9 +67,17 @@ impl fmt::Display for KernelVersion {
 }
 
 /// One difference between rxe on Linux 6.1 and rxe on later kernels, measured on 6.12.117 and
-/// 7.3.4 against 6.1.
+/// 7.3.4 against 6.1: in rxe itself, or in the kernel's RDMA core as a program on rxe sees it
+/// (the connection manager's two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RxeChange {
+    /// rdma_cm's RoCE packet lifetime is 16 from 6.2 on (18 before), so a QP it connects gets
+    /// `timeout` 17 (4.096 us x 2^17 = 537 ms) instead of 19 (2.1 s).
+    CmaPacketLifetime16,
+    /// A QP that rdma_cm connects carries `IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT`
+    /// in its access flags from 6.2 on, on a device that supports RDMA FLUSH, as rxe does from
+    /// 6.2 on.
+    CmFlushAccess,
     /// A send WR that fails on a local check (an lkey that is not registered or belongs to
     /// another PD, an SGE outside its MR) completes with `IBV_WC_WR_FLUSH_ERR` from 6.4 on;
     /// on 6.1 the requester's own status came through: `IBV_WC_LOC_QP_OP_ERR` for a bad key,
@@ -91,14 +99,16 @@ pub enum RxeChange {
     /// ERR and the SEND completes with `IBV_WC_WR_FLUSH_ERR`. On 6.1 rxe tried it again,
     /// forever, and the QP stayed RTS: a silent hang.
     XmitErrorFailsWr,
-    /// The port's `max_msg_sz` reads 2 GiB, what `ibv_post_send` always allowed; before the
-    /// fix it read 8 MiB (`RXE_PORT_MAX_MSG_SZ` 0x800000, rxe_param.h).
+    /// The port's `max_msg_sz` reads 2 GiB (`RXE_PORT_MAX_MSG_SZ`, rxe_param.h); before the
+    /// fix it read 8 MiB (0x800000).
     PortMaxMsgSz2GiB,
 }
 
 impl RxeChange {
     /// In order of mainline release.
-    pub const ALL: [RxeChange; 6] = [
+    pub const ALL: [RxeChange; 8] = [
+        RxeChange::CmaPacketLifetime16,
+        RxeChange::CmFlushAccess,
         RxeChange::LocalErrorFlushed,
         RxeChange::RkeyIsLkey,
         RxeChange::QueueCapRounded,
@@ -110,6 +120,15 @@ impl RxeChange {
     /// The first mainline release with the change: the release of the commit that made it.
     pub const fn since(self) -> KernelVersion {
         match self {
+            // fb4907f48725 "RDMA/cma: Change RoCE packet life time from 18 to 16" (v6.2):
+            // CMA_IBOE_PACKET_LIFETIME in drivers/infiniband/core/cma.c; cm_init_av_by_path
+            // (cm.c) makes the QP's timeout packet_life_time + 1.
+            RxeChange::CmaPacketLifetime16 => KernelVersion::new(6, 2),
+            // 8b4d379b399d "RDMA/cm: Make QP FLUSHABLE for supported device" (v6.2):
+            // cm_init_qp_init_attr (cm.c) adds the FLUSH rights when the device has the
+            // capability, which 124011e6e933 "RDMA/rxe: Enable RDMA FLUSH capability for rxe
+            // device" (v6.2) gave rxe.
+            RxeChange::CmFlushAccess => KernelVersion::new(6, 2),
             // f55efc2ed206 "RDMA/rxe: Remove qp->comp.state" and 98e891b5e4d9 "RDMA/rxe: Remove
             // qp->req.state" (v6.4): rxe_requester's error exit moves the QP to ERR, and
             // rxe_completer, seeing ERR, flushes the whole send queue (flush_send_wqe sets
@@ -167,6 +186,12 @@ impl RxeChange {
     /// The commit that made the change, as `id "title"`.
     pub const fn commit(self) -> &'static str {
         match self {
+            RxeChange::CmaPacketLifetime16 => {
+                "fb4907f48725 \"RDMA/cma: Change RoCE packet life time from 18 to 16\""
+            }
+            RxeChange::CmFlushAccess => {
+                "8b4d379b399d \"RDMA/cm: Make QP FLUSHABLE for supported device\""
+            }
             RxeChange::LocalErrorFlushed => "98e891b5e4d9 \"RDMA/rxe: Remove qp->req.state\"",
             RxeChange::RkeyIsLkey => "86a3fb55bc4f \"RDMA/rxe: Let rkey == lkey for local access\"",
             RxeChange::QueueCapRounded => {
@@ -216,6 +241,8 @@ impl RxeChange {
     /// A short name (snapshot suffixes, the summary table).
     pub const fn name(self) -> &'static str {
         match self {
+            RxeChange::CmaPacketLifetime16 => "cma-packet-lifetime-16",
+            RxeChange::CmFlushAccess => "cm-flush-access",
             RxeChange::LocalErrorFlushed => "local-error-flushed",
             RxeChange::RnrForeverOutlastsRetryCnt => "rnr-forever-outlasts-retry-cnt",
             RxeChange::QueueCapRounded => "queue-cap-rounded",

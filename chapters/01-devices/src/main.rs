@@ -269,14 +269,14 @@ fn run(args: &Args) -> Res<()> {
     let fixed = RxeChange::PortMaxMsgSz2GiB;
     match KernelVersion::running() {
         Ok(k) if fixed.holds_on(k) => say!(
-            "    (2 GiB, what rxe accepts in a work request; before the fix {} in Linux {}, \
-             also in 6.6.76 and 6.12.13, rxe reported 8 MiB here while accepting 2 GiB)",
+            "    (2 GiB: rxe's RXE_PORT_MAX_MSG_SZ since the fix {} in Linux {}, also in 6.6.76 \
+             and 6.12.13; 8 MiB before)",
             fixed.commit(),
             fixed.since()
         ),
         Ok(_) => say!(
-            "    (rxe reports 8 MiB here but accepts work requests up to 2 GiB; the fix {} in \
-             Linux {} makes it report 2 GiB)",
+            "    (8 MiB: rxe's RXE_PORT_MAX_MSG_SZ before the fix {} in Linux {}, which makes it \
+             2 GiB)",
             fixed.commit(),
             fixed.since()
         ),

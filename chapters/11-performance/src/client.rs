@@ -619,12 +619,14 @@ fn softirq_table(res: &Results) {
     );
 }
 
-/// The kernel's CONFIG_HZ, from `/boot/config-<release>` (the lab's guests boot the host's
-/// kernel and see its root file system read-only, so the file is there when the host has it).
+/// The kernel's CONFIG_HZ, from its build configuration: `/run/lab-kernel-config` in the lab's
+/// VMs (the harness puts the booted kernel's there, whichever kernel it is), else
+/// `/boot/config-<release>` (a native host).
 fn kernel_hz() -> Option<u64> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let file = format!("/boot/config-{}", release.trim());
-    let config = std::fs::read_to_string(&file).ok()?;
+    let config = std::fs::read_to_string("/run/lab-kernel-config")
+        .or_else(|_| std::fs::read_to_string(format!("/boot/config-{}", release.trim())))
+        .ok()?;
     let hz = config
         .lines()
         .find_map(|l| l.strip_prefix("CONFIG_HZ="))?

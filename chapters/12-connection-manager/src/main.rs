@@ -31,6 +31,7 @@
 use clap::{Parser, ValueEnum};
 use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
 use lab::course::{Failure, OrFail, Outcome as Result, expect};
+use lab::kernel::RxeChange;
 use lab::show;
 use lab::{
     AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QpAttr, QpInfo, QpInitAttr,
@@ -247,6 +248,22 @@ fn print_qp(role: &str, step: u32, qp: &QueuePair<state::Rts>) -> Result<QpInfo>
         i.max_rd_atomic, i.max_dest_rd_atomic, i.timeout, i.retry_cnt, i.rnr_retry, i.min_rnr_timer
     );
     println!("  access {}", i.access);
+    // Two of these come from the kernel's connection manager, and changed in Linux 6.2
+    // (lab::kernel::RxeChange): rdma_cm's RoCE packet lifetime, and the FLUSH rights.
+    let life = RxeChange::CmaPacketLifetime16;
+    println!(
+        "  timeout {t} (4.096 us x 2^{t} a try): rdma_cm's RoCE packet lifetime + 1; the \
+         lifetime is 16 from Linux {} on, 18 before",
+        life.since(),
+        t = i.timeout,
+    );
+    if i.access.contains(AccessFlags::FLUSH_GLOBAL) {
+        println!(
+            "  IBV_ACCESS_FLUSH_*: the kernel's CM adds them on a device that can execute RDMA \
+             FLUSH, as rxe can from Linux {} on",
+            RxeChange::CmFlushAccess.since()
+        );
+    }
     Ok(i)
 }
 

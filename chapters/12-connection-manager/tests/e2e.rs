@@ -8,9 +8,38 @@
 //! * `bad_command_line`: refused before any device is touched (runs on the host).
 
 use harness::Topology;
-use harness::testing::{Role, run_chapter, run_roles};
+use harness::testing::{Role, lab_kernel, run_chapter, run_roles};
 use harness::testing_cli::refuses_command_line;
+use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
+
+/// A snapshot, with `suffix` when there is one.
+macro_rules! snap {
+    ($name:expr, $suffix:expr, $value:expr) => {
+        match $suffix {
+            Some(s) => insta::with_settings!({ snapshot_suffix => s }, {
+                insta::assert_snapshot!($name, $value);
+            }),
+            None => insta::assert_snapshot!($name, $value),
+        }
+    };
+}
+
+/// What rdma_cm sets on a QP changed with the kernel (lab::kernel: its RoCE packet lifetime,
+/// and the FLUSH rights, both from Linux 6.2 on): a transcript that shows it (`what rdma_cm
+/// set`) has its own snapshot there, `base` followed by `-linux-6.2` (or `linux-6.2` alone).
+fn cm_suffix(base: Option<&str>, text: &str, topology: Topology) -> Option<String> {
+    let release = lab_kernel(topology);
+    let k = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));
+    let changes = [RxeChange::CmaPacketLifetime16, RxeChange::CmFlushAccess];
+    match (base, RxeChange::newest_on(&changes, k)) {
+        (b, Some(v)) if text.contains("what rdma_cm set") => Some(match b {
+            Some(b) => format!("{b}-linux-{v}"),
+            None => format!("linux-{v}"),
+        }),
+        (b, _) => b.map(str::to_string),
+    }
+}
 
 const PKG: &str = "ch12-connection-manager";
 const EXE: &str = env!("CARGO_BIN_EXE_ch12-connection-manager");
@@ -23,8 +52,9 @@ fn chapter() {
     // On the pair each node numbers its own QPs, so the server's and the client's QPN are
     // equal or not depending on what ran before on the lab: the snapshot shows `[QPN]`, and
     // the match across the two nodes is asserted on the raw text instead.
+    let suffix = cm_suffix(None, &t.text(), Topology::Pair);
     insta::with_settings!({ filters => vec![(r"\[QPN#\d+\]", "[QPN]")] }, {
-        insta::assert_snapshot!("chapter", t.redacted());
+        snap!("chapter", suffix, t.redacted());
     });
     t.assert_success();
     check_clean_run(&t);
@@ -57,7 +87,8 @@ fn chapter_on_loopback() {
             Role::new("client", [EXE, "--connect", ADDR]),
         ],
     );
-    insta::assert_snapshot!("chapter_on_loopback", t.redacted());
+    let suffix = cm_suffix(None, &t.text(), Topology::Loopback);
+    snap!("chapter_on_loopback", suffix, t.redacted());
     t.assert_success();
     check_clean_run(&t);
 }
@@ -112,9 +143,8 @@ fn case(#[case] name: &str, #[case] evidence: &str) {
             Role::new("client", [EXE, "--connect", ADDR, "--case", name]),
         ],
     );
-    insta::with_settings!({ snapshot_suffix => name }, {
-        insta::assert_snapshot!("case", t.redacted());
-    });
+    let suffix = cm_suffix(Some(name), &t.text(), Topology::Loopback);
+    snap!("case", suffix, t.redacted());
     t.assert_success();
     let c = &t.section("client").stdout;
     assert!(c.contains(evidence), "{}", t.text());
@@ -235,8 +265,9 @@ fn interop(#[case] name: &str, #[case] what: &str) {
         _ => unreachable!(),
     };
     let t = run_roles(Topology::Loopback, roles);
-    insta::with_settings!({ snapshot_suffix => name, description => what }, {
-        insta::assert_snapshot!("interop", t.redacted());
+    let suffix = cm_suffix(Some(name), &t.text(), Topology::Loopback);
+    insta::with_settings!({ description => what }, {
+        snap!("interop", suffix, t.redacted());
     });
     t.assert_success();
 }

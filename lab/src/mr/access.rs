@@ -25,6 +25,11 @@ flag_set! {
     ON_DEMAND = 64 => "IBV_ACCESS_ON_DEMAND";
     /// The memory is backed by huge pages.
     HUGETLB = 128 => "IBV_ACCESS_HUGETLB";
+    /// A peer may FLUSH it to global visibility (`IBV_ACCESS_FLUSH_GLOBAL`, 1 << 8: named in
+    /// rdma-core's verbs.h after 44, which rdma-sys is built from).
+    FLUSH_GLOBAL = 256 => "IBV_ACCESS_FLUSH_GLOBAL";
+    /// A peer may FLUSH it to persistence (`IBV_ACCESS_FLUSH_PERSISTENT`, 1 << 9).
+    FLUSH_PERSISTENT = 512 => "IBV_ACCESS_FLUSH_PERSISTENT";
     /// Relaxed PCI ordering (accepted and ignored by rxe).
     RELAXED_ORDERING = 1048576 => "IBV_ACCESS_RELAXED_ORDERING";
 }
