@@ -643,9 +643,12 @@ fn retry_forever(l: &Link) -> Result<()> {
         yes(early.is_some())
     );
     expect(early.is_none(), || "rxe gave up on retry_cnt 7".into())?;
-    fault.remove();
-    println!("  the wire heals (netem removed)");
+    // Heal in place (netem's loss to 0%), and remove the qdiscs only once the SEND is back:
+    // see Netem::change.
+    fault.change("loss 0%")?;
+    println!("  the wire heals (netem's loss set to 0%)");
     let wc = must(&l.cq, "the SEND after the wire healed")?;
+    fault.remove();
     println!("  the next resend gets through: {}", wc.status);
     expect(wc.is_success(), || format!("{}", wc.status))
 }

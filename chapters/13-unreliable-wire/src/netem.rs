@@ -53,6 +53,16 @@ impl Netem {
         Ok(n)
     }
 
+    /// Heals the wire without taking the qdiscs away: netem stays, with `params` (e.g. `loss
+    /// 0%`). Deleting the root qdisc swaps the link's queue while rxe may be sending; from Linux
+    /// 6.10 on rxe fails a WR whose packet the stack refuses (lab::kernel::RxeChange::
+    /// XmitErrorFailsWr) instead of trying it again, so a heal by deletion can end the QP.
+    pub fn change(&self, params: &str) -> Outcome {
+        tc(&format!(
+            "qdisc change dev {IFACE} parent 1:3 handle 30: netem limit 100000 {params}"
+        ))
+    }
+
     /// Removes it now.
     pub fn remove(mut self) {
         self.active = false;
