@@ -217,8 +217,22 @@ impl Testbed {
     /// [`Testbed::single_device`].
     pub fn native(topology: Topology) -> Testbed {
         // What runs here opens the provider's device, not the host's first one (a runner's MANA
-        // or mlx5 device sorts before rxe0).
+        // or mlx5 device sorts before rxe0). When it is the host's only RDMA device, the first
+        // one is it: nothing is passed, and the programs print what they print in the microVM
+        // lab ("open the first device"), so the two providers share one set of snapshots.
+        let only = |d: &String| {
+            std::fs::read_dir("/sys/class/infiniband")
+                .map(|es| {
+                    let names: Vec<String> = es
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect();
+                    names.len() == 1 && names[0] == *d
+                })
+                .unwrap_or(false)
+        };
         let extra: Vec<(String, String)> = native_device()
+            .filter(|d| !only(d))
             .map(|d| ("LAB_DEVICE".to_string(), d))
             .into_iter()
             .collect();
