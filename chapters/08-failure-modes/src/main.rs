@@ -423,14 +423,18 @@ mod tests {
     /// The project's record of what rxe does: the table this chapter checks against.
     const OBSERVED: &str = include_str!("../../../docs/rxe-observed.md");
 
+    /// The record's `## heading` section, up to the next `## `.
+    fn section(heading: &str) -> &'static str {
+        let start = OBSERVED
+            .find(&format!("## {heading}"))
+            .unwrap_or_else(|| panic!("docs/rxe-observed.md has no section \"{heading}\""));
+        let rest = &OBSERVED[start..];
+        &rest[..rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3)]
+    }
+
     /// `(number, name, what rxe produces)` of every row of the record's case table.
     fn recorded_cases() -> Vec<(String, String, String)> {
-        let start = OBSERVED
-            .find("## The cases")
-            .expect("docs/rxe-observed.md has a section \"The cases\"");
-        let section = &OBSERVED[start..];
-        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
-        section
+        section("The cases")
             .lines()
             .filter_map(|line| {
                 // "| 1 | `remote-access` | outcome | details |": the first three cells count
@@ -449,12 +453,7 @@ mod tests {
     /// `(number, name, change, what rxe produces)` of every row of the record's table of the
     /// later kernels ("On later kernels").
     fn recorded_later() -> Vec<(String, String, String, String)> {
-        let start = OBSERVED
-            .find("## On later kernels")
-            .expect("docs/rxe-observed.md has a section \"On later kernels\"");
-        let section = &OBSERVED[start..];
-        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
-        section
+        section("On later kernels")
             .lines()
             .filter_map(|line| {
                 let cells: Vec<&str> = line.splitn(6, '|').map(str::trim).collect();
