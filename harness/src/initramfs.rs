@@ -4,7 +4,8 @@
 //! (decompressed), the init script, the agent and the kernel's build configuration when one is
 //! found beside it (programs in the guest read it at `/run/lab-kernel-config`: the host's
 //! `/boot/config-<release>` exists only for the host's own kernels). Init mounts the host's root
-//! read-only over 9p with a tmpfs overlay on top, chroots into it and execs the agent.
+//! read-only over 9p with a tmpfs overlay on top (or another userspace root inside it, with the
+//! host's own directories on top: see `userspace.rs`), chroots into it and execs the agent.
 
 use crate::kernel::{self, Kernel};
 use anyhow::{Context as _, Result, bail};
@@ -22,7 +23,18 @@ for m in $($bb cat /mods/order); do $bb insmod /mods/$m || echo "lab-init: insmo
 $bb mount -t 9p -o trans=virtio,version=9p2000.L,ro,${LAB_9P:-msize=262144} hostroot /host || fail "mounting the host's root over 9p failed"
 $bb mount -t tmpfs -o mode=0755 tmpfs /rw || fail "tmpfs"
 $bb mkdir -p /rw/up /rw/work
-$bb mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/up,workdir=/rw/work /newroot || fail "overlay mount failed"
+# LAB_ROOT: another userspace root inside the host's share (`--userspace`) is the lower layer.
+lower=/host$LAB_ROOT
+[ -d "$lower/usr" ] || fail "the userspace root $LAB_ROOT has no usr/"
+$bb mount -t overlay overlay -o lowerdir=$lower,upperdir=/rw/up,workdir=/rw/work /newroot || fail "overlay mount failed"
+# With another root, the host's own directories (LAB_HOSTDIRS, colon-separated: /root, /tmp,
+# the workspace ...) each get an overlay of their own, as writable as the host's root is.
+i=0
+for d in $(echo "$LAB_HOSTDIRS" | $bb tr : ' '); do
+  i=$((i+1))
+  $bb mkdir -p /rw/h$i/up /rw/h$i/work /newroot$d
+  $bb mount -t overlay overlay -o lowerdir=/host$d,upperdir=/rw/h$i/up,workdir=/rw/h$i/work /newroot$d || echo "lab-init: the host's $d failed"
+done
 $bb mount --move /proc /newroot/proc
 $bb mount --move /sys /newroot/sys
 $bb mount --move /dev /newroot/dev
@@ -33,7 +45,7 @@ $bb mount -t devpts devpts /newroot/dev/pts
 [ -f /kernel-config ] && $bb cp /kernel-config /newroot/run/lab-kernel-config
 if [ -n "$LAB_MODDIR" ]; then
   v=$($bb uname -r)
-  $bb mkdir -p /newroot/lib/modules/$v && $bb mount --bind /newroot$LAB_MODDIR /newroot/lib/modules/$v || echo "lab-init: binding the module tree $LAB_MODDIR failed"
+  $bb mkdir -p /newroot/lib/modules/$v && $bb mount --bind /host$LAB_MODDIR /newroot/lib/modules/$v || echo "lab-init: binding the module tree $LAB_MODDIR failed"
 fi
 $bb cp /lab-agent /newroot/run/lab-agent
 $bb cp $bb /newroot/run/busybox

@@ -85,7 +85,87 @@ fn apt_opts(root: &Path) -> Vec<String> {
     ]
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String> {
+/// A private apt for one suite of the host's archive: its sources list, lists and package
+/// cache under `<cache>/apt/<suite>/`, its package lists fresh (`apt-get update`).
+pub(crate) struct PrivateApt {
+    pub root: PathBuf,
+    pub opts: Vec<String>,
+    pub ubuntu: bool,
+}
+
+impl PrivateApt {
+    /// `who` prefixes the progress lines (`kernel fetch`, `userspace fetch`).
+    pub fn new(suite: &str, who: &str) -> Result<PrivateApt> {
+        if suite.is_empty() || !suite.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            bail!("`{suite}` is not a suite name (for example trixie, trixie-backports, bookworm)");
+        }
+        let uri = archive_uri();
+        let ring = keyring(&uri);
+        let ubuntu = uri.ends_with("/ubuntu");
+        let root = initramfs::cache_dir().join("apt").join(suite);
+        for d in ["state/lists/partial", "cache/archives/partial", "debs"] {
+            std::fs::create_dir_all(root.join(d))
+                .with_context(|| format!("creating {}", root.join(d).display()))?;
+        }
+        let comps = if ubuntu { "main universe" } else { "main" };
+        // A backports suite needs its base suite too (its packages' dependencies live there).
+        let mut lines = format!("deb [signed-by={ring}] {uri} {suite} {comps}\n");
+        if let Some(base) = suite.strip_suffix("-backports") {
+            lines.push_str(&format!("deb [signed-by={ring}] {uri} {base} {comps}\n"));
+        }
+        std::fs::write(root.join("sources.list"), lines)?;
+        let opts = apt_opts(&root);
+        eprintln!("{who}: reading {suite}'s package lists from {uri}");
+        run(
+            Command::new("apt-get").args(&opts).args(["-q", "update"]),
+            "apt-get update (the private package lists)",
+        )
+        .map_err(|e| {
+            e.context(format!(
+                "is `{suite}` a suite of {uri}? (and {ring} present: debian-archive-keyring or \
+                 ubuntu-keyring)"
+            ))
+        })?;
+        Ok(PrivateApt { root, opts, ubuntu })
+    }
+
+    /// Downloads `pkgs` (the suite's candidates) into `<root>/debs`; returns each one's file.
+    pub fn download(&self, suite: &str, pkgs: &[String]) -> Result<Vec<PathBuf>> {
+        let debs = self.root.join("debs");
+        run(
+            Command::new("apt-get")
+                .args(&self.opts)
+                .args([
+                    "-q",
+                    "-o",
+                    &format!("APT::Default-Release={suite}"),
+                    "download",
+                ])
+                .args(pkgs)
+                .current_dir(&debs),
+            "apt-get download",
+        )?;
+        pkgs.iter()
+            .map(|p| {
+                // apt names a file <name>_<version>_<arch>.deb; the version's `:` is escaped.
+                std::fs::read_dir(&debs)?
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|f| {
+                        f.file_name()
+                            .map(|n| n.to_string_lossy().starts_with(&format!("{p}_")))
+                            .unwrap_or(false)
+                    })
+                    .max()
+                    .with_context(|| {
+                        format!("apt-get download left no {p}_*.deb in {}", debs.display())
+                    })
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("{what}: cannot start {:?}", cmd.get_program()))?;
@@ -123,36 +203,8 @@ fn depmod() -> PathBuf {
 /// Downloads and unpacks the newest kernel of `suite` (e.g. `trixie`, `trixie-backports`,
 /// `noble`); returns it. Progress goes to stderr.
 pub fn fetch(suite: &str) -> Result<Kernel> {
-    if suite.is_empty() || !suite.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        bail!("`{suite}` is not a suite name (for example trixie, trixie-backports, bookworm)");
-    }
-    let uri = archive_uri();
-    let ring = keyring(&uri);
-    let ubuntu = uri.ends_with("/ubuntu");
-    let root = initramfs::cache_dir().join("apt").join(suite);
-    for d in ["state/lists/partial", "cache/archives/partial", "debs"] {
-        std::fs::create_dir_all(root.join(d))
-            .with_context(|| format!("creating {}", root.join(d).display()))?;
-    }
-    let comps = if ubuntu { "main universe" } else { "main" };
-    // A backports suite needs its base suite too (the image's dependencies live there).
-    let mut lines = format!("deb [signed-by={ring}] {uri} {suite} {comps}\n");
-    if let Some(base) = suite.strip_suffix("-backports") {
-        lines.push_str(&format!("deb [signed-by={ring}] {uri} {base} {comps}\n"));
-    }
-    std::fs::write(root.join("sources.list"), lines)?;
-    let opts = apt_opts(&root);
-    eprintln!("kernel fetch: reading {suite}'s package lists from {uri}");
-    run(
-        Command::new("apt-get").args(&opts).args(["-q", "update"]),
-        "apt-get update (the private package lists)",
-    )
-    .map_err(|e| {
-        e.context(format!(
-            "is `{suite}` a suite of {uri}? (and {ring} present: debian-archive-keyring or \
-             ubuntu-keyring)"
-        ))
-    })?;
+    let apt = PrivateApt::new(suite, "kernel fetch")?;
+    let (opts, ubuntu) = (&apt.opts, apt.ubuntu);
     let meta = if ubuntu {
         "linux-image-generic"
     } else {
@@ -160,7 +212,7 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
     };
     let show = |pkg: &str| -> Result<String> {
         let out = run(
-            Command::new("apt-cache").args(&opts).args(["show", pkg]),
+            Command::new("apt-cache").args(opts).args(["show", pkg]),
             &format!("apt-cache show {pkg}"),
         )?;
         // The first stanza whose version is the suite's candidate: apt-cache show lists the
@@ -195,41 +247,16 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
         }
     }
     eprintln!("kernel fetch: downloading {}", pkgs.join(" "));
-    let debs = root.join("debs");
-    run(
-        Command::new("apt-get")
-            .args(&opts)
-            .args([
-                "-q",
-                "-o",
-                &format!("APT::Default-Release={suite}"),
-                "download",
-            ])
-            .args(&pkgs)
-            .current_dir(&debs),
-        "apt-get download",
-    )?;
+    let files = apt.download(suite, &pkgs)?;
     let tmp = kernels_dir().join(format!(".{ver}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     // Unpacked into a temporary dir beside the cache entry, removed again if any step fails.
     let unpack = || -> Result<()> {
         std::fs::create_dir_all(&tmp)?;
-        for p in &pkgs {
-            let deb = std::fs::read_dir(&debs)?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|f| {
-                    f.file_name()
-                        .map(|n| n.to_string_lossy().starts_with(&format!("{p}_")))
-                        .unwrap_or(false)
-                })
-                .max()
-                .with_context(|| {
-                    format!("apt-get download left no {p}_*.deb in {}", debs.display())
-                })?;
+        for deb in &files {
             eprintln!("kernel fetch: unpacking {}", deb.display());
             run(
-                Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp),
+                Command::new("dpkg-deb").arg("-x").arg(deb).arg(&tmp),
                 "dpkg-deb -x",
             )?;
         }

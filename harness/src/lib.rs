@@ -37,6 +37,7 @@ pub mod testbed;
 pub mod testing;
 /// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).
 pub mod testing_cli;
+pub mod userspace;
 pub mod vm;
 pub mod wire;
 

@@ -15,6 +15,7 @@
 use crate::conn::Conn;
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
+use crate::userspace::{self, Userspace};
 use crate::wire::cable::Cable;
 use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
@@ -408,6 +409,8 @@ fn probe_kvm_boot(image: &Path) -> Result<bool> {
 #[derive(Debug, Clone)]
 pub struct BootPlan {
     pub kernel: Kernel,
+    /// Another userspace root for the guests (`--userspace`); `None`: the host's.
+    pub userspace: Option<Userspace>,
     pub image: PathBuf,
     pub initrd: PathBuf,
     pub accel: Accel,
@@ -419,6 +422,7 @@ pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
         require_stream_netdev(&qemu_binary()?)?;
     }
     let kernel = kernel::find_kernel()?;
+    let userspace = userspace::chosen()?;
     let agent = AGENT;
     let wanted = match topology {
         Topology::Loopback => kernel::LOOPBACK_MODULES,
@@ -462,6 +466,7 @@ pub fn plan(topology: Topology, opts: &VmOptions) -> Result<BootPlan> {
     };
     Ok(BootPlan {
         kernel,
+        userspace,
         image,
         initrd,
         accel,
@@ -492,13 +497,15 @@ impl Wire {
 }
 
 /// The module tree init must bind at `/lib/modules/<ver>` in the guest: `None` when the host's
-/// own tree is already there (the guest sees the host's root), or when the path has a space
+/// own tree is already there (the guest sees the host's root, not another userspace), or when the path has a space
 /// (the kernel command line could not carry it; such a kernel's modules load only from the
 /// initramfs).
-pub fn guest_module_tree(k: &Kernel) -> Option<PathBuf> {
-    let own = kernel::MODULE_ROOTS
-        .iter()
-        .any(|r| k.modules == Path::new(r).join(&k.version));
+pub fn guest_module_tree(k: &Kernel, userspace: Option<&Userspace>) -> Option<PathBuf> {
+    // Another userspace root has no module tree of the host's kernels.
+    let own = userspace.is_none()
+        && kernel::MODULE_ROOTS
+            .iter()
+            .any(|r| k.modules == Path::new(r).join(&k.version));
     let printable = k
         .modules
         .to_str()
@@ -541,8 +548,17 @@ pub fn start_one(
     // A kernel whose module tree is not the host's /lib/modules/<ver> (one `cargo lab kernel
     // fetch` unpacked into the cache): init binds the tree there inside the guest, so that the
     // kernel's own module requests (a qdisc `tc` asks for, say) find their modules.
-    if let Some(dir) = guest_module_tree(&plan.kernel) {
+    if let Some(dir) = guest_module_tree(&plan.kernel, plan.userspace.as_ref()) {
         append.push_str(&format!(" LAB_MODDIR={}", dir.display()));
+    }
+    // Another userspace root (`--userspace`): init lays the overlay on it, and the host's own
+    // directories on top (userspace.rs). check_root refused paths the command line cannot carry.
+    if let Some(u) = &plan.userspace {
+        append.push_str(&format!(
+            " LAB_ROOT={} LAB_HOSTDIRS={}",
+            u.root.display(),
+            userspace::host_dirs().join(":")
+        ));
     }
     if let Some(n) = node {
         append.push_str(match n {

@@ -21,57 +21,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use harness::Topology;
-use harness::testing::{Role, Transcript, lab, lock, run_roles_in};
+use harness::testing::{Role, Transcript, e2e_binaries, lab, lock, run_roles_in};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("harness/ has a parent")
         .to_path_buf()
-}
-
-/// package -> test binary `e2e` of that package, from `cargo test --workspace --no-run` (what
-/// `cargo lab test` just built: nothing is rebuilt).
-fn e2e_binaries(packages: &[&str]) -> Vec<(String, String)> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(&cargo)
-        .current_dir(repo_root())
-        .args([
-            "test",
-            "--workspace",
-            "--no-run",
-            "--message-format=json",
-            "--quiet",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("running {cargo} test --no-run: {e}"));
-    assert!(
-        out.status.success(),
-        "cargo test --workspace --no-run failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json = String::from_utf8_lossy(&out.stdout);
-    let field = |line: &str, key: &str| -> Option<String> {
-        let start = line.find(key)? + key.len();
-        let rest = &line[start..];
-        Some(rest[..rest.find('"')?].to_string())
-    };
-    packages
-        .iter()
-        .map(|p| {
-            let exe = json
-                .lines()
-                .filter(|l| {
-                    l.contains("\"reason\":\"compiler-artifact\"")
-                        && l.contains(&format!("#{p}@"))
-                        && l.contains("\"name\":\"e2e\"")
-                        && l.contains("\"kind\":[\"test\"]")
-                })
-                .find_map(|l| field(l, "\"executable\":\""))
-                .unwrap_or_else(|| panic!("no e2e test binary for {p} in cargo's output"));
-            (p.to_string(), exe)
-        })
-        .collect()
 }
 
 /// The loopback lab, whatever `cargo lab test` runs it on. This test is about the native

@@ -20,7 +20,9 @@ pub(super) fn lab_for_exec(t: Topology) -> Result<Testbed> {
         return Ok(Testbed::native(t));
     }
     let dir = home()?.join(t.name());
-    if !daemon_alive(&dir) && up_in(t, &dir, true)? {
+    if daemon_alive(&dir) {
+        same_userspace(t, &dir)?;
+    } else if up_in(t, &dir, true)? {
         eprintln!(
             "(the {} lab keeps running for the next commands; `cargo lab down` stops it)",
             t.name()
@@ -211,6 +213,9 @@ pub(super) fn exec_cargo(
     }
     for e in env {
         runner.extend(["-e".into(), e.clone()]);
+    }
+    if let Some((_, root)) = crate::userspace::child_env() {
+        runner.extend(["--userspace".into(), root.display().to_string()]);
     }
     runner.push("--".into());
     let var = format!(

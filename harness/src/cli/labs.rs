@@ -44,6 +44,7 @@ pub(super) fn up_in(t: Topology, dir: &Path, verbose: bool) -> Result<bool> {
         return Ok(false);
     }
     if daemon_alive(dir) {
+        same_userspace(t, dir)?;
         if verbose {
             eprintln!("{} lab already up ({})", t.name(), dir.display());
         }
@@ -74,6 +75,9 @@ pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Chil
     if let Some((k, v)) = crate::kernel::child_env() {
         cmd.env(k, v);
     }
+    if let Some((k, v)) = crate::userspace::child_env() {
+        cmd.env(k, v);
+    }
     let child = cmd
         .args(["__daemon", "--topology", t.name(), "--dir"])
         .arg(dir)
@@ -85,6 +89,21 @@ pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Chil
         .spawn()
         .context("starting the lab daemon")?;
     Ok(child)
+}
+
+/// A running daemon serves this command only if its guests run the userspace it asks for
+/// (`--userspace`, `LAB_USERSPACE`): the error says how to get the other one.
+pub(super) fn same_userspace(t: Topology, dir: &Path) -> Result<()> {
+    let want = testbed::userspace_name(&crate::userspace::chosen()?);
+    let have = testbed::daemon_userspace(dir);
+    if want != have {
+        bail!(
+            "the running {} lab's guests run userspace {have}, and this command asks for \
+             {want}; stop the lab first: `cargo lab down`",
+            t.name()
+        );
+    }
+    Ok(())
 }
 
 /// Where logs of failed labs are kept: `/tmp/rxe-lab-logs.<pid>/` (CI uploads
@@ -207,6 +226,10 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
             lab.origin,
             lab.vm_pids()
         ),
+    )?;
+    std::fs::write(
+        dir.join("userspace"),
+        testbed::userspace_name(&crate::userspace::chosen()?),
     )?;
     eprintln!("lab daemon: {} {}", t.name(), lab.origin);
     let r = lab.serve(term);

@@ -53,6 +53,11 @@ pub const SETUP_SH: &str = include_str!("../../../scripts/setup.sh");
     after_help = "Start here: `cargo lab doctor`, then `cargo lab setup`, then `cargo lab tour`."
 )]
 struct Cli {
+    /// The userspace the lab's guests run: `host` (default: the host's own root), a root
+    /// directory (debootstrap, scripts/debian13-root.sh), or a suite of the distribution's
+    /// archive (e.g. trixie), fetched first (`cargo lab userspace fetch`). Also `LAB_USERSPACE`.
+    #[arg(long, global = true, value_name = "U")]
+    userspace: Option<String>,
     #[command(subcommand)]
     cmd: Sub,
 }
@@ -231,6 +236,13 @@ enum Sub {
         #[command(subcommand)]
         cmd: KernelCmd,
     },
+    /// Userspace roots the guests can run instead of the host's (`--userspace`): `list`, or
+    /// `fetch SUITE` (rdma-core, iproute2 and their dependencies from the distribution's own
+    /// archive, without root, unpacked into the lab's cache).
+    Userspace {
+        #[command(subcommand)]
+        cmd: UserspaceCmd,
+    },
     /// Boot the loopback lab N times and report boot and exec latency (for the README).
     #[command(hide = true)]
     Bench {
@@ -256,6 +268,15 @@ enum KernelCmd {
     /// Download SUITE's newest kernel (linux-image-amd64 of e.g. trixie or trixie-backports),
     /// unpack it into the cache and index its modules (`depmod -b`); prints its image, for
     /// `--kernel` or `LAB_KERNEL`.
+    Fetch { suite: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserspaceCmd {
+    /// The fetched userspace roots, with their rdma-core (and the host's).
+    List,
+    /// Build SUITE's userspace root in the cache (e.g. trixie); prints its path, for
+    /// `--userspace` or `LAB_USERSPACE`.
     Fetch { suite: String },
 }
 
@@ -293,6 +314,15 @@ pub fn main() -> i32 {
         args.remove(1);
     }
     let cli = Cli::parse_from(args);
+    if let Some(u) = &cli.userspace {
+        match crate::userspace::resolve(u) {
+            Ok(u) => crate::userspace::set_override(u),
+            Err(e) => {
+                eprintln!("cargo lab: error: --userspace {u}: {e:#}");
+                return 1;
+            }
+        }
+    }
     match dispatch(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
@@ -378,6 +408,7 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             test(&args)
         }
         Sub::Kernel { cmd } => kernel_cmd(cmd),
+        Sub::Userspace { cmd } => userspace_cmd(cmd),
         Sub::Fault {
             action,
             value,
@@ -387,6 +418,39 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         } => fault(&action, value.as_deref(), node, on, cmd),
         Sub::Bench { runs, topology } => bench(runs, topology),
         Sub::Daemon { topology, dir } => daemon(topology, &dir),
+    }
+}
+
+fn userspace_cmd(cmd: UserspaceCmd) -> Result<i32> {
+    use crate::userspace;
+    match cmd {
+        UserspaceCmd::List => {
+            let providers = "ibverbs-providers";
+            println!(
+                "{:<12} rdma-core {:<14} /",
+                "host",
+                userspace::host_version(providers).unwrap_or_else(|| "?".into())
+            );
+            for u in userspace::list() {
+                println!(
+                    "{:<12} rdma-core {:<14} {}",
+                    u.name,
+                    userspace::package_version(&u.root, providers).unwrap_or_else(|| "?".into()),
+                    u.root.display()
+                );
+            }
+            Ok(0)
+        }
+        UserspaceCmd::Fetch { suite } => {
+            let u = userspace::fetch(&suite)?;
+            println!("{}", u.root.display());
+            eprintln!(
+                "next: `cargo lab test --userspace {suite}`, or `cargo lab exec --userspace \
+                 {suite} -- CMD`, or LAB_USERSPACE={} for any command",
+                u.root.display()
+            );
+            Ok(0)
+        }
     }
 }
 

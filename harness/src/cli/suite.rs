@@ -20,8 +20,11 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
                 // A lab `cargo lab up` runs (in `LAB_STATE_DIR` when set, else this
                 // workspace's) is reused: the tests find it through a link in `home`.
                 let up = testbed::daemon_home(&root).join(t.name());
-                // With --kernel, the suite boots its own labs on that kernel.
-                if crate::kernel::child_env().is_none() && daemon_alive(&up) {
+                // With --kernel or --userspace, the suite boots its own labs.
+                if crate::kernel::child_env().is_none()
+                    && crate::userspace::child_env().is_none()
+                    && daemon_alive(&up)
+                {
                     eprintln!("using the running {} lab (`cargo lab up`)", t.name());
                     std::fs::create_dir_all(&home)?;
                     std::os::unix::fs::symlink(&up, home.join(t.name())).with_context(|| {
@@ -52,7 +55,10 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
         if provider == Provider::Vm {
             cmd.env("LAB_STATE_DIR", &home);
         }
-        if let Some((k, v)) = crate::kernel::child_env() {
+        for (k, v) in [crate::kernel::child_env(), crate::userspace::child_env()]
+            .into_iter()
+            .flatten()
+        {
             cmd.env(k, v);
         }
         eprintln!("running: cargo {}", cargo_args.join(" "));

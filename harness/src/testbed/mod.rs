@@ -191,6 +191,21 @@ pub fn chosen_provider() -> Result<Provider> {
 }
 
 /// A pid file's pid.
+/// The userspace a daemon's guests run, as its file `userspace` says: a root, or `host`.
+pub fn daemon_userspace(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("userspace"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "host".into())
+}
+
+/// How [`daemon_userspace`] names a userspace: its root, or `host`.
+pub fn userspace_name(u: &Option<crate::userspace::Userspace>) -> String {
+    match u {
+        Some(u) => u.root.display().to_string(),
+        None => "host".into(),
+    }
+}
+
 fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -347,10 +362,14 @@ impl Testbed {
             dir: Some(dir),
             owned_dir: owned,
             origin: format!(
-                "booted in {:.1} s ({}, kernel {})",
+                "booted in {:.1} s ({}, kernel {}{})",
                 t0.elapsed().as_secs_f64(),
                 plan.accel.name(),
-                plan.kernel.version
+                plan.kernel.version,
+                match &plan.userspace {
+                    Some(u) => format!(", userspace {}", u.root.display()),
+                    None => String::new(),
+                }
             ),
             daemon_pid: None,
         })
@@ -400,9 +419,13 @@ impl Testbed {
             (None, Some(ws)) => vec![up_home(ws)],
             (None, None) => vec![],
         };
+        // A daemon whose guests run another userspace than this process asks for is not
+        // this process's lab: it boots its own.
+        let want = userspace_name(&crate::userspace::chosen()?);
         for h in homes {
             let dir = h.join(topology.name());
             if dir.join("node-a.sock").exists()
+                && daemon_userspace(&dir) == want
                 && let Ok(lab) = Testbed::attach(topology, &dir)
             {
                 return Ok(lab);

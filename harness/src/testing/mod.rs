@@ -392,6 +392,53 @@ pub fn run_chapter(package: &str, exe: &str, args: &[&str]) -> Transcript {
     }
 }
 
+/// package -> the path of that package's `e2e` test binary, from `cargo test --workspace
+/// --no-run --message-format=json` (what `cargo lab test` has just built: nothing is rebuilt).
+/// For tests that run a chapter's own test binary somewhere else: natively inside the lab VM,
+/// or against another userspace.
+pub fn e2e_binaries(packages: &[&str]) -> Vec<(String, String)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = workspace_root().expect("inside the rxe-lab workspace");
+    let out = std::process::Command::new(&cargo)
+        .current_dir(root)
+        .args([
+            "test",
+            "--workspace",
+            "--no-run",
+            "--message-format=json",
+            "--quiet",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo} test --no-run: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo test --workspace --no-run failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = String::from_utf8_lossy(&out.stdout);
+    let field = |line: &str, key: &str| -> Option<String> {
+        let start = line.find(key)? + key.len();
+        let rest = &line[start..];
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    packages
+        .iter()
+        .map(|p| {
+            let exe = json
+                .lines()
+                .filter(|l| {
+                    l.contains("\"reason\":\"compiler-artifact\"")
+                        && l.contains(&format!("#{p}@"))
+                        && l.contains("\"name\":\"e2e\"")
+                        && l.contains("\"kind\":[\"test\"]")
+                })
+                .find_map(|l| field(l, "\"executable\":\""))
+                .unwrap_or_else(|| panic!("no e2e test binary for {p} in cargo's output"));
+            (p.to_string(), exe)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
