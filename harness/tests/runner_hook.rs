@@ -120,20 +120,9 @@ fn exec_forwards_stdin_keeps_cwd_and_passes_status_through() {
     }
 }
 
-/// A copy of the fixture crate in a fresh temp dir (its target dir lands there too).
-fn fixture() -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rdma-probe");
-    let dir = tempfile::Builder::new()
-        .prefix("rdma-probe.")
-        .tempdir()
-        .unwrap();
-    for rel in ["Cargo.toml", "src/lib.rs", "tests/device.rs"] {
-        let to = dir.path().join(rel);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(src.join(rel), &to).unwrap();
-    }
-    dir
-}
+#[allow(dead_code)] // the deadline helpers: this test uses only the fixture
+mod common;
+use common::rdma_probe_fixture as fixture;
 
 fn cargo_in(dir: &Path) -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));

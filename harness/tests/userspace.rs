@@ -101,7 +101,7 @@ fn chapters_run_on_debian_13s_userspace_under_the_hosts_kernel() {
     // The same test binaries, built here against the host's rdma-core, pass on it.
     for (pkg, exe) in harness::testing::e2e_binaries(&["ch01-devices", "ch04-completion-queues"]) {
         let mut c = Command::new(&exe);
-        c.args(["--test-threads=1"])
+        c.args(["--test-threads=1", "--nocapture"])
             .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
             .env("LAB_STATE_DIR", lab.state.path())
             .env("LAB_PROVIDER", "vm")
@@ -116,6 +116,27 @@ fn chapters_run_on_debian_13s_userspace_under_the_hosts_kernel() {
             r.text()
         );
     }
+
+    // Another crate's tests, through cargo's runner hook, as the README shows it.
+    let probe_crate = common::rdma_probe_fixture();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cargo-lab"));
+    c.arg("exec")
+        .arg("--cargo")
+        .arg("--userspace")
+        .arg(&lab.root)
+        .args(["test", "--", "--include-ignored", "--nocapture"])
+        .current_dir(probe_crate.path())
+        .env("LAB_STATE_DIR", lab.state.path())
+        .env("LAB_PROVIDER", "vm")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER")
+        .env_remove("RUSTFLAGS");
+    let r = run_with_deadline(c, Duration::from_secs(600));
+    assert!(
+        r.ok() && r.stdout.contains("rdma-probe: device rxe0 opened=true"),
+        "the fixture crate's device test on Debian 13's userspace: {}",
+        r.text()
+    );
 
     // Asking that lab for the host's userspace is refused, and says what to do.
     let host = lab.cli(None, &["exec", "--", "true"], Duration::from_secs(60));

@@ -1,4 +1,5 @@
-//! Helpers shared by the install and action-steps tests: a command with a deadline.
+//! Helpers shared by the install, action-steps, runner-hook and userspace tests: a command with
+//! a deadline, and a copy of the fixture crate.
 
 use std::io::Read as _;
 use std::os::unix::process::CommandExt as _;
@@ -93,4 +94,21 @@ pub fn run_with_deadline(mut cmd: Command, limit: Duration) -> Ran {
         stderr: err.join().unwrap_or_default(),
         timed_out,
     }
+}
+
+/// A copy of the fixture crate `tests/fixtures/rdma-probe` (a project outside this workspace,
+/// with one device test) in a fresh temp dir; its target dir lands there too.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn rdma_probe_fixture() -> tempfile::TempDir {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rdma-probe");
+    let dir = tempfile::Builder::new()
+        .prefix("rdma-probe.")
+        .tempdir()
+        .unwrap();
+    for rel in ["Cargo.toml", "src/lib.rs", "tests/device.rs"] {
+        let to = dir.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join(rel), &to).unwrap();
+    }
+    dir
 }
