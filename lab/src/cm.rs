@@ -22,7 +22,7 @@
 //!   copied out the type, the status and the private data: no path (error, panic) leaves one
 //!   unacknowledged.
 //! * **The QP belongs to the id.** [`CmId::create_qp`] is `rdma_create_qp` with lab's
-//!   [`ProtectionDomain`] and [`CompletionQueue`]s: librdmacm moves the QP to INIT at once,
+//!   [`ProtectionDomain`] and [`CompletionQueue`](crate::CompletionQueue)s: librdmacm moves the QP to INIT at once,
 //!   to RTR and RTS during `rdma_connect` / `rdma_accept`, and to ERR in `rdma_disconnect`
 //!   (the `ibv_modify_qp` calls of chapter 05, made for you). The returned [`QueuePair`] is a
 //!   normal lab QP (post, poll, query); dropping it destroys the QP and clears `id->qp`.

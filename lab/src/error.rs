@@ -22,8 +22,9 @@ use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-// Only leaf modules: the work completion, the QP state machine and the access flags depend on
-// nothing that depends on this module (wc's `WorkCompletion::ok` names `Error`, nothing more).
+// The QP state machine and the access flags are pure tables that depend on nothing here. The
+// work completion and this module name each other: `Error::Completion` holds a
+// `WorkCompletion`, and `WorkCompletion::ok` returns this `Error`.
 use crate::cq::wc::WorkCompletion;
 use crate::mr::access::AccessFlags;
 use crate::qp::state_machine::{QpAttrMask, QpState};

@@ -60,7 +60,7 @@
 //! on both sides) takes the same QP through INIT, RTR and RTS again. Chapter 12's
 //! `--case reconnect` is the rdma_cm variant.
 //!
-//! This file is longer than most chapters (about 1410 lines) because it holds every role, in
+//! This file is longer than most chapters because it holds every role, in
 //! the order they run: the server, a worker, the misbehaving client, the benchmark client,
 //! then `--cm`'s connection helpers and `--case reconnect`'s server and client. Each role
 //! reads top to bottom on its own; splitting them across files would hide the exchange that
