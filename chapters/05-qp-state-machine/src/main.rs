@@ -15,6 +15,8 @@
 //! through every state, asking the QP itself (`ibv_query_qp`) where it is after each step,
 //! and breaks the rules on purpose to show what each mistake really does on rxe:
 //!
+//! * the shortened masks some tutorials use: RESET -> INIT without `IBV_QP_ACCESS_FLAGS`, and
+//!   RTR -> RTS with `IBV_QP_SQ_PSN` alone: `EINVAL (22)` each, the QP stays where it was;
 //! * the INIT -> RTS shortcut some tutorials take: `EINVAL (22)`, the QP stays in INIT;
 //! * INIT -> RTR without a required attribute (`IBV_QP_DEST_QPN`): `EINVAL (22)`, and
 //!   `lab`'s transition table names the missing attribute (the kernel does not);
@@ -152,8 +154,15 @@ fn run() -> Res<()> {
 
     // -----------------------------------------------------------------------------------------
     println!("step 3: RESET -> INIT (port 1, pkey index 0, access flags)");
-    // INIT binds the QP to a port and says which remote operations it accepts. From INIT on,
-    // receives may be posted (a good habit: post them before the peer can send).
+    // INIT binds the QP to a port and says which remote operations it accepts. Some tutorials
+    // send only the port and the pkey index: for an RC QP the access flags are required too
+    // (the kernel's ib_modify_qp_is_ok, drivers/infiniband/core/verbs.c, which rxe calls when
+    // it checks a modify: rxe_qp.c), so that mask is refused and the QP stays in RESET.
+    let no_access = QpAttr::new().state(QpState::Init).pkey_index(0).port_num(1);
+    expect_einval("A", &qa, &no_access)?;
+    print_state("A", &qa)?;
+    // Now with the access flags. From INIT on, receives may be posted (a good habit: post them
+    // before the peer can send).
     let qa = qa.to_init(&InitAttr::default())?;
     let qb = qb.to_init(&InitAttr::default())?;
     print_state("A", &qa)?;
@@ -239,6 +248,12 @@ fn run() -> Res<()> {
 
     // -----------------------------------------------------------------------------------------
     println!("step 8: RTR -> RTS, then post the next SEND");
+    // Some tutorials move to RTS with the send PSN alone. RTS also needs the requester's
+    // timers and credits (the ACK timeout, the two retry counts, the READ/atomic credits): that
+    // mask is refused too, and A stays in RTR.
+    let psn_only = QpAttr::new().state(QpState::Rts).sq_psn(PSN_A);
+    expect_einval("A", &qa, &psn_only)?;
+    print_state("A", &qa)?;
     let qa = qa.to_rts(&RtsAttr::new(PSN_A))?;
     print_rts("A", &qa)?;
     expect_quiet(&cq_a, &cq_b)?;
