@@ -62,7 +62,7 @@ fn quick_run() {
     // both path MTUs: the lab's wire is a lossless relay, so no packet is lost, none is
     // NAKed, no ACK timeout fires and nothing is resent.
     let row = Regex::new(
-        r"(?m)^ +(1024|4096) +(\d+) +(\d+) +(\d+) +sent=(\d+) +naks=(\d+) +retries=(\d+)",
+        r"(?m)^ +(1024|4096) +(\d+) +(\d+) +(\d+) +sent=(\d+) +naks=(\d+) +retries=(\d+) +acks=(\d+)",
     )
     .unwrap();
     let mut seen = vec![];
@@ -76,6 +76,16 @@ fn quick_run() {
             "a {len}-byte WRITE at path MTU {mtu} with {sges} SGE(s) needs {needed} packets and \
              should lose none on the lab's lossless wire; node b sent {sent}, got {naks} NAK(s) \
              and {retries} ACK timeout(s):\n{}",
+            &c[0]
+        );
+        // ACKs: rxe's requester sets AckReq on a message's last packet and on every 66th
+        // before it (rxe_req.c init_req_packet: `noack_pkts++ > RXE_MAX_PKT_PER_ACK`, 64), and
+        // node a answers each with one ACK: (n - 1) / 66 + 1 for n packets.
+        let acks = n(8);
+        assert_eq!(
+            acks,
+            (needed - 1) / 66 + 1,
+            "a {len}-byte WRITE in {needed} packets asks for (n - 1) / 66 + 1 ACKs:\n{}",
             &c[0]
         );
         seen.push((mtu, len, sges));
