@@ -103,6 +103,18 @@ fn quick_run() {
         ],
         "{client}"
     );
+    // READ: twice our one-way figure of 1b against ib_read_lat, which reports the whole post ->
+    // completion (perftest's print_report_lat: rtt_factor 1 for READ, 2 for SEND and WRITE).
+    // The same operation timed the same way: they agree within 0.7x..1.5x.
+    let read = Regex::new(r"(?m)^ +READ 8 B, round trip +ib_read_lat .* ratio=([0-9.]+)").unwrap();
+    let ratio: f64 = read
+        .captures(client)
+        .map(|c| c[1].parse().unwrap())
+        .unwrap_or_else(|| panic!("no READ comparison in:\n{client}"));
+    assert!(
+        (0.7..=1.5).contains(&ratio),
+        "our READ round trip against ib_read_lat: ratio {ratio}, outside 0.7..1.5:\n{client}"
+    );
     // The MTU is back where it was on both nodes.
     assert!(server.contains("eth0's MTU is 1500 again"), "{server}");
     assert!(client.contains("restored: eth0 MTU 1500 on node b, active_mtu 1024 on node a"));
