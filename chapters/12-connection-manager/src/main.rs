@@ -29,7 +29,7 @@
 //! `peer-killed`, `reconnect`.
 
 use clap::{Parser, ValueEnum};
-use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam};
 use lab::course::{Failure, OrFail, Outcome as Result, expect};
 use lab::kernel::RxeChange;
 use lab::show;
