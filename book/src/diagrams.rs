@@ -253,6 +253,10 @@ mod tests {
             d.contains("\"cq-overflow\" -> \"IBV_EVENT_CQ_ERR per lost completion\""),
             "{d}"
         );
-        assert_eq!(d.matches("fillcolor=\"#fbeeee\"").count(), 16, "{d}");
+        assert!(
+            d.contains("\"recv-cq-overflow\" -> \"IBV_EVENT_CQ_ERR; the responder's QP to ERR\""),
+            "{d}"
+        );
+        assert_eq!(d.matches("fillcolor=\"#fbeeee\"").count(), 17, "{d}");
     }
 }

@@ -58,9 +58,10 @@ pub const MAX_CONNECT_DATA: usize = 56;
 pub const MAX_ACCEPT_DATA: usize = 196;
 /// The most private data `rdma_reject` carries (the IB CM REJ): 148 bytes.
 pub const MAX_REJECT_DATA: usize = 148;
-/// The kernel CM's response timeout on an outgoing REQ: 4.096 us * 2^20 = 4.3 s, plus the
-/// packet lifetime, per try, retried up to 15 times (`CMA_CM_RESPONSE_TIMEOUT`,
-/// `CMA_MAX_CM_RETRIES`).
+/// The kernel CM's response timeout on an outgoing REQ: 4.096 us * 2^20 = 4.3 s, plus twice
+/// the packet lifetime, per try, retried up to 15 times (`CMA_CM_RESPONSE_TIMEOUT`,
+/// `CMA_MAX_CM_RETRIES`; `cm.c` `ib_send_cm_req` rounds each to 2^(t - 8) ms: on 6.1's
+/// RoCE, lifetime 18, 2 x 1024 + 4096 = 6144 ms a try, 98.3 s for 16 tries).
 pub const CM_RESPONSE_TIMEOUT: Duration = Duration::from_micros(4_295_000);
 /// How long a connect to an address that answers ARP but runs no rdma_cm peer took before
 /// UNREACHABLE on rxe here (measured with `rping -c`: 107 s).
@@ -176,8 +177,8 @@ pub enum CmEvent {
 pub struct ConnectRequest {
     /// The new connection's id: create its QP, then [`CmId::accept`] or [`CmId::reject`].
     pub id: CmId,
-    /// The requester's private data. On RoCE always [`MAX_CONNECT_DATA`] bytes, zero-padded:
-    /// the sender's length is not transmitted, so encode it in the payload.
+    /// The requester's private data. Always [`MAX_CONNECT_DATA`] bytes, on IB and RoCE alike,
+    /// zero-padded: the sender's length is not transmitted, so encode it in the payload.
     pub private_data: Vec<u8>,
     /// The requester's `initiator_depth` (the READs it wants outstanding at us).
     pub initiator_depth: u8,

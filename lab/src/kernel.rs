@@ -55,6 +55,117 @@ impl KernelVersion {
     }
 }
 
+/// The running kernel's `CONFIG_HZ`, from its build configuration: `/run/lab-kernel-config` in
+/// the lab's VMs (the harness puts the booted kernel's there, whichever kernel it is), else
+/// `/boot/config-<release>` (a native host). `None` when neither can be read.
+pub fn config_hz() -> Option<u64> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let config = std::fs::read_to_string("/run/lab-kernel-config")
+        .or_else(|_| std::fs::read_to_string(format!("/boot/config-{}", release.trim())))
+        .ok()?;
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// How long one try of rxe's retransmit timer really lasts for a QP's `timeout` attribute, on
+/// a kernel ticking at `hz`: the nominal 4.096 us x 2^timeout in whole jiffies.
+///
+/// - `rxe_qp.c` `rxe_qp_from_attr`: `nsecs_to_jiffies(4096ULL << attr->timeout)`, which
+///   truncates, and at least 1 jiffy;
+/// - the retransmit timer is armed `jiffies + that` (`mod_timer`), and the timer wheel never
+///   fires early: it rounds the expiry up to its granularity, one tick for expiries up to 63
+///   jiffies away and eight for up to 504 (`kernel/time/timer.c` `calc_index`, `LVL_GRAN`).
+///
+/// So a try ends between `jiffies` and `jiffies + granularity` ticks after it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckTimer {
+    /// The QP's `timeout` attribute (1-31; 0 means no timer at all).
+    pub timeout: u8,
+    /// The kernel's tick rate.
+    pub hz: u64,
+    /// `max(1, nsecs_to_jiffies(4096 << timeout))`.
+    pub jiffies: u64,
+    /// The timer wheel's granularity at that distance, in ticks.
+    pub granularity: u64,
+}
+
+impl AckTimer {
+    pub fn new(timeout: u8, hz: u64) -> AckTimer {
+        let ns = 4096u64 << timeout.min(31);
+        let jiffies = (ns * hz.max(1) / 1_000_000_000).max(1);
+        // LVL_START(1) = 63, LVL_START(2) = 63 << 3 = 504, ...: each level is 8 times coarser.
+        let mut granularity = 1;
+        let mut start = 63;
+        while jiffies >= start {
+            granularity *= 8;
+            start <<= 3;
+        }
+        AckTimer {
+            timeout,
+            hz,
+            jiffies,
+            granularity,
+        }
+    }
+
+    /// The nominal time of one try, 4.096 us x 2^timeout, in milliseconds.
+    pub fn nominal_ms(&self) -> f64 {
+        (4096u64 << self.timeout.min(31)) as f64 / 1e6
+    }
+
+    /// The shortest and the longest a try lasts, in milliseconds.
+    pub fn window_ms(&self) -> (f64, f64) {
+        let tick = 1000.0 / self.hz.max(1) as f64;
+        (
+            self.jiffies as f64 * tick,
+            (self.jiffies + self.granularity) as f64 * tick,
+        )
+    }
+}
+
+impl AckTimer {
+    /// `rxe's timer: <the arithmetic>, 64.0-80.0 ms for 4`: what `tries` transmissions take on
+    /// the running kernel, or why that cannot be said (its HZ unknown).
+    pub fn explain(timeout: u8, tries: u32) -> String {
+        match config_hz() {
+            Some(hz) if hz > 0 => {
+                let t = AckTimer::new(timeout, hz);
+                let (lo, hi) = t.window_ms();
+                let n = f64::from(tries);
+                format!(
+                    "rxe's timer: {t}, {:.1}-{:.1} ms for {tries}",
+                    lo * n,
+                    hi * n
+                )
+            }
+            _ => "rxe's timer: this kernel's HZ is unknown (no kernel config to read)".into(),
+        }
+    }
+}
+
+impl fmt::Display for AckTimer {
+    /// `4.096 us x 2^12 = 16.8 ms = 4 jiffies at HZ 250, up to 1 tick late: 16.0-20.0 ms a try`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (lo, hi) = self.window_ms();
+        write!(
+            f,
+            "4.096 us x 2^{} = {:.2} ms = {} jiff{} at HZ {} (rounded down, at least 1), fired up \
+             to {} tick{} late: {lo:.1}-{hi:.1} ms a try",
+            self.timeout,
+            self.nominal_ms(),
+            self.jiffies,
+            if self.jiffies == 1 { "y" } else { "ies" },
+            self.hz,
+            self.granularity,
+            if self.granularity == 1 { "" } else { "s" },
+        )
+    }
+}
+
 impl fmt::Display for KernelVersion {
     /// `6.4`, or `6.12.13` when there is a patch level.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -255,6 +366,28 @@ impl RxeChange {
 
 #[cfg(test)]
 mod tests {
+    use super::AckTimer;
+
+    #[test]
+    fn ack_timer_in_jiffies() {
+        // timeout 8: 1.05 ms, below one jiffy at 250 Hz: 1 jiffy, 4-8 ms a try.
+        let t = AckTimer::new(8, 250);
+        assert_eq!((t.jiffies, t.granularity), (1, 1));
+        assert_eq!(t.window_ms(), (4.0, 8.0));
+        // timeout 12: 16.8 ms, truncated to 4 jiffies: 16-20 ms a try.
+        assert_eq!(AckTimer::new(12, 250).window_ms(), (16.0, 20.0));
+        // timeout 14: 67.1 ms, 16 jiffies: 64-68 ms.
+        assert_eq!(AckTimer::new(14, 250).window_ms(), (64.0, 68.0));
+        // timeout 16: 268.4 ms, 67 jiffies, past 63: the wheel's second level, 8 ticks.
+        let t = AckTimer::new(16, 250);
+        assert_eq!((t.jiffies, t.granularity), (67, 8));
+        assert_eq!(
+            AckTimer::new(12, 250).to_string(),
+            "4.096 us x 2^12 = 16.78 ms = 4 jiffies at HZ 250 (rounded down, at least 1), fired \
+             up to 1 tick late: 16.0-20.0 ms a try"
+        );
+    }
+
     use super::*;
 
     #[test]

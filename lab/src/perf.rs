@@ -2,10 +2,10 @@
 //! the calling thread to one CPU.
 //!
 //! * [`tsc`] reads the time-stamp counter (`rdtsc`), the clock perftest times with: it
-//!   converts cycles to microseconds with the "cpu MHz" of `/proc/cpuinfo`. Under emulation
-//!   (QEMU TCG) that figure and the counter's real rate may disagree; [`tsc_hz`] measures the
-//!   rate against the monotonic clock, so a chapter can check perftest's clock before it
-//!   quotes perftest's figures.
+//!   converts cycles to microseconds with the "cpu MHz" of `/proc/cpuinfo`, or with its own
+//!   sample of the counter's rate when the two differ by more than 2% (perftest's
+//!   `get_cpu_mhz`, src/get_clock.c). [`tsc_hz`] measures the rate against the monotonic
+//!   clock, so a chapter can show which of the two perftest uses.
 //! * [`set_affinity`] / [`affinity`] wrap `sched_setaffinity(2)` / `sched_getaffinity(2)`
 //!   for the calling thread: the "one QP and CQ per pinned thread" advice, measured.
 //!

@@ -70,7 +70,8 @@ fn cm_connect_accept_send_disconnect() {
             listener.listen(addr, 4).unwrap();
             let server = thread::spawn(move || {
                 let req = listener.get_request(T).unwrap();
-                // RoCE pads the request's private data to 56 bytes: the payload says its length.
+                // A REQ always reports 56 bytes of private data (the IB CM REQ's 92 less
+                // rdma_cm's 36-byte header): the payload says its length.
                 assert_eq!(req.private_data.len(), lab::cm::MAX_CONNECT_DATA);
                 assert_eq!(&req.private_data[..6], b"\x05hello");
                 let s = side(req.id);

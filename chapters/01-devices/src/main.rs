@@ -180,7 +180,7 @@ fn run(args: &Args) -> Res<()> {
     t.row([
         "max_mw".to_string(),
         dev.max_mw.to_string(),
-        "memory windows (chapter 13)".into(),
+        "memory windows (lab::mw; no chapter covers them)".into(),
     ]);
     print!("{t}");
 

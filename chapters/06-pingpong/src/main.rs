@@ -41,7 +41,8 @@
 //!   hang; the C tool waits forever;
 //! * the server listens *before* it prints "local address:" (that line is the readiness signal
 //!   the harness waits for); the C server prints first and listens after;
-//! * `retry_cnt` and `rnr_retry` are 6, not 7: on rxe 7 means "retry forever"
+//! * `retry_cnt` and `rnr_retry` are 6, not 7: `rnr_retry` 7 means "retry forever" on every
+//!   device, and `retry_cnt` 7 does too on rxe, whose completer never counts 7 down
 //!   (docs/rxe-observed.md, "where rxe differs", 1);
 //! * `-m` above the port's active MTU is clamped to it, with a note (between two hosts a
 //!   larger path MTU makes rxe drop the packets silently: chapter 08).
@@ -223,7 +224,9 @@ fn run(o: &Opts) -> Result<()> {
         )
         .or_fail("Couldn't create QP")?;
     // Like rc_pingpong, ask the QP how much it can send inline: a small message is then copied
-    // into the send queue by ibv_post_send itself, saving the NIC a DMA read of the buffer.
+    // into the send queue by ibv_post_send itself, saving a hardware NIC a DMA read of the
+    // buffer (rxe copies every payload in the kernel anyway). rxe reports max(max_send_sge x
+    // 16, max_inline_data) here (rxe_qp.c rxe_qp_init_req): 16 bytes for 1 SGE.
     let max_inline = qp.query().or_fail("Couldn't query QP")?.cap.max_inline_data;
     let inline = max_inline >= o.size;
     let qp = qp

@@ -11,6 +11,7 @@ pub mod on_the_wire;
 pub mod out_of_bounds;
 pub mod peer_gone;
 pub mod post_before_rts;
+pub mod recv_cq_overflow;
 pub mod recv_queue_full;
 pub mod remote_access;
 pub mod rnr_retry;

@@ -10,7 +10,7 @@
 //! Verbs: nothing new. The cases break the rules of the verbs you already know:
 //! `ibv_reg_mr` access flags, keys and bounds (cases 1-4, 13, 16), `ibv_post_send` before
 //! RTS (5), `ibv_modify_qp` shortcuts, GID index and MTU (6, 9, 10), `rnr_retry`,
-//! `retry_cnt` and `timeout` (7, 8), queue and CQ capacities (11, 15), the ERR state and
+//! `retry_cnt` and `timeout` (7, 8), queue and CQ capacities (11, 15, 17), the ERR state and
 //! its flush (12), `RLIMIT_MEMLOCK` (14). Where rxe differs from a hardware NIC the output
 //! says so (`hardware: ...`) and records what rxe really does.
 //!
@@ -190,13 +190,20 @@ pub const CASES: &[Case] = &[
         )),
         run: cases::cross_pd::run,
     },
+    Case {
+        name: "recv-cq-overflow",
+        summary: "more receive completions than the responder's CQ holds",
+        outcome: "IBV_EVENT_CQ_ERR; the responder's QP to ERR",
+        later: None,
+        run: cases::recv_cq_overflow::run,
+    },
 ];
 
 /// The command line (clap: `--help`, and a clear message with exit status 2 for a bad one).
 #[derive(Parser, Debug)]
 #[command(
     name = "ch08-failure-modes",
-    about = "Failure modes, reproduced on purpose: 16 classic mistakes and what rxe produces",
+    about = "Failure modes, reproduced on purpose: 17 classic mistakes and what rxe produces",
     after_help = "\
 Examples:
   ch08-failure-modes all                                       every case, in order

@@ -59,6 +59,8 @@ pub struct PairCfg {
     pub mtu_unclamped: Option<Mtu>,
     /// A's CQ size (entries asked for; rxe rounds up).
     pub a_cqe: i32,
+    /// B's CQ size (entries asked for; rxe rounds up).
+    pub b_cqe: i32,
     /// A's send queue size.
     pub a_max_send_wr: u32,
 }
@@ -71,6 +73,7 @@ impl Default for PairCfg {
             b_qp_access: AccessFlags::ALL_REMOTE,
             mtu_unclamped: None,
             a_cqe: 64,
+            b_cqe: 64,
             a_max_send_wr: 64,
         }
     }
@@ -90,7 +93,7 @@ impl Pair {
     /// Creates and connects A and B in `rig.pd` (RESET -> INIT -> RTR -> RTS on both).
     pub fn connect(rig: &Rig, cfg: PairCfg) -> R<Pair> {
         let cq_a = rig.ctx.create_cq(cfg.a_cqe, None)?;
-        let cq_b = rig.ctx.create_cq(64, None)?;
+        let cq_b = rig.ctx.create_cq(cfg.b_cqe, None)?;
         let a = rig.pd.create_qp(
             &QpInitAttr::rc(&cq_a, &cq_a)
                 .max_send_wr(cfg.a_max_send_wr)

@@ -560,8 +560,9 @@ fn parse_table_data(d: &[u8]) -> Option<Vec<RemoteRegion>> {
     )
 }
 
-/// A name as a REQ's private data: one length byte, then the bytes (RoCE pads a REQ's private
-/// data to 56 bytes, so the length must travel in the payload).
+/// A name as a REQ's private data: one length byte, then the bytes (the server always reads
+/// 56 bytes, the IB CM REQ's 92 less rdma_cm's 36-byte header, on RoCE as on InfiniBand: the
+/// length must travel in the payload).
 fn framed(name: &str) -> Vec<u8> {
     let b = &name.as_bytes()[..name.len().min(MAX_CONNECT_DATA - 1)];
     let mut v = vec![b.len() as u8];
@@ -824,8 +825,9 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     oob.expect_line("go", CONNECT)?;
 
     // How many operations may be in flight: every one of them needs a slot in the send queue
-    // and, once complete, in the CQ (64 each here). A CQ that overflows loses completions
-    // silently on rxe (chapter 08), and a future waiting for a lost completion never resolves.
+    // and, once complete, in the CQ (64 each here). A send CQ that overflows loses completions
+    // on rxe, with one IBV_EVENT_CQ_ERR async event for each (chapter 08, case 15), and a
+    // future waiting for a lost completion never resolves.
     let window = WINDOW.min(mine.len());
     println!(
         "step 4: write my blocks {list}: one RDMA WRITE each, {}",

@@ -137,15 +137,16 @@ pub fn parse_sockperf(out: &str, size: usize) -> Option<Figure> {
 }
 
 /// perftest's latency line: `#bytes #iterations t_min t_max t_typical t_avg t_stdev 99%
-/// 99.9%` (usec, one way: the *_lat tests halve the round trip). `scale` corrects its cycle
-/// clock (1.0 when the clock check agreed).
-pub fn parse_perftest_lat(out: &str, what: &str, size: usize, scale: f64) -> Option<Figure> {
+/// 99.9%` (usec). One way for `ib_send_lat` and `ib_write_lat`, the whole round trip for
+/// `ib_read_lat` and `ib_atomic_lat`: `print_report_lat` (src/perftest_parameters.c) divides
+/// by `rtt_factor`, 1 for READ and ATOMIC, 2 otherwise.
+pub fn parse_perftest_lat(out: &str, what: &str, size: usize) -> Option<Figure> {
     out.lines().find_map(|l| {
         let w: Vec<&str> = l.split_whitespace().collect();
         if w.len() < 9 || w[0] != size.to_string() {
             return None;
         }
-        let us = |i: usize| w[i].parse::<f64>().ok().map(|v| v * 1e3 * scale);
+        let us = |i: usize| w[i].parse::<f64>().ok().map(|v| v * 1e3);
         Some(Figure {
             what: what.into(),
             size,
@@ -159,7 +160,7 @@ pub fn parse_perftest_lat(out: &str, what: &str, size: usize, scale: f64) -> Opt
 
 /// perftest's bandwidth line: `#bytes #iterations BW peak BW average MsgRate` (MB/sec, which
 /// perftest counts in units of 2^20 bytes).
-pub fn parse_perftest_bw(out: &str, what: &str, size: usize, scale: f64) -> Option<Figure> {
+pub fn parse_perftest_bw(out: &str, what: &str, size: usize) -> Option<Figure> {
     out.lines().find_map(|l| {
         let w: Vec<&str> = l.split_whitespace().collect();
         if w.len() < 5 || w[0] != size.to_string() {
@@ -172,8 +173,7 @@ pub fn parse_perftest_bw(out: &str, what: &str, size: usize, scale: f64) -> Opti
             median_ns: None,
             p99_ns: None,
             stdev_ns: None,
-            // A cycle clock that runs fast makes every interval look short and the rate high.
-            rate: Some(avg * 1_048_576.0 / scale),
+            rate: Some(avg * 1_048_576.0),
         })
     })
 }
@@ -233,12 +233,12 @@ mod tests {
     fn perftest_reports() {
         let lat = " 8       200          296.81         4334.10      444.22   \t       1033.06     \
                    \t1015.76\t\t4159.60 \t\t4334.10\n";
-        let f = parse_perftest_lat(lat, "ib_write_lat", 8, 1.0).unwrap();
+        let f = parse_perftest_lat(lat, "ib_write_lat", 8).unwrap();
         assert!((f.median_ns.unwrap() - 444_220.0).abs() < 1e-3);
         assert!((f.p99_ns.unwrap() - 4_159_600.0).abs() < 1e-3);
         let bw = " 65536      200              20.29              16.93  \t\t   0.000271\n";
-        let f = parse_perftest_bw(bw, "ib_write_bw", 65536, 1.0).unwrap();
+        let f = parse_perftest_bw(bw, "ib_write_bw", 65536).unwrap();
         assert!((f.rate.unwrap() - 16.93 * 1_048_576.0).abs() < 1e-3);
-        assert_eq!(parse_perftest_lat("garbage", "x", 8, 1.0), None);
+        assert_eq!(parse_perftest_lat("garbage", "x", 8), None);
     }
 }

@@ -62,7 +62,7 @@ fn quick_run() {
     // both path MTUs: the lab's wire is a lossless relay, so no packet is lost, none is
     // NAKed, no ACK timeout fires and nothing is resent.
     let row = Regex::new(
-        r"(?m)^ +(1024|4096) +(\d+) +(\d+) +(\d+) +sent=(\d+) +naks=(\d+) +retries=(\d+)",
+        r"(?m)^ +(1024|4096) +(\d+) +(\d+) +(\d+) +sent=(\d+) +naks=(\d+) +retries=(\d+) +acks=(\d+)",
     )
     .unwrap();
     let mut seen = vec![];
@@ -76,6 +76,16 @@ fn quick_run() {
             "a {len}-byte WRITE at path MTU {mtu} with {sges} SGE(s) needs {needed} packets and \
              should lose none on the lab's lossless wire; node b sent {sent}, got {naks} NAK(s) \
              and {retries} ACK timeout(s):\n{}",
+            &c[0]
+        );
+        // ACKs: rxe's requester sets AckReq on a message's last packet and on every 66th
+        // before it (rxe_req.c init_req_packet: `noack_pkts++ > RXE_MAX_PKT_PER_ACK`, 64), and
+        // node a answers each with one ACK: (n - 1) / 66 + 1 for n packets.
+        let acks = n(8);
+        assert_eq!(
+            acks,
+            (needed - 1) / 66 + 1,
+            "a {len}-byte WRITE in {needed} packets asks for (n - 1) / 66 + 1 ACKs:\n{}",
             &c[0]
         );
         seen.push((mtu, len, sges));
@@ -92,6 +102,18 @@ fn quick_run() {
             (4096, mib, 1)
         ],
         "{client}"
+    );
+    // READ: twice our one-way figure of 1b against ib_read_lat, which reports the whole post ->
+    // completion (perftest's print_report_lat: rtt_factor 1 for READ, 2 for SEND and WRITE).
+    // The same operation timed the same way: they agree within 0.7x..1.5x.
+    let read = Regex::new(r"(?m)^ +READ 8 B, round trip +ib_read_lat .* ratio=([0-9.]+)").unwrap();
+    let ratio: f64 = read
+        .captures(client)
+        .map(|c| c[1].parse().unwrap())
+        .unwrap_or_else(|| panic!("no READ comparison in:\n{client}"));
+    assert!(
+        (0.7..=1.5).contains(&ratio),
+        "our READ round trip against ib_read_lat: ratio {ratio}, outside 0.7..1.5:\n{client}"
     );
     // The MTU is back where it was on both nodes.
     assert!(server.contains("eth0's MTU is 1500 again"), "{server}");

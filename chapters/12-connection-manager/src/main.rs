@@ -29,7 +29,7 @@
 //! `peer-killed`, `reconnect`.
 
 use clap::{Parser, ValueEnum};
-use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam};
 use lab::course::{Failure, OrFail, Outcome as Result, expect};
 use lab::kernel::RxeChange;
 use lab::show;
@@ -51,7 +51,8 @@ const REGION_LEN: usize = 4096;
 /// Where the client's READ lands in its own region.
 const READ_BACK: usize = 2048;
 const MSG: &str = "Hello through rdma_cm: the region's address and rkey came in the REP.";
-/// The private data of the client's REQ (length-prefixed: RoCE pads it to 56 bytes).
+/// The private data of the client's REQ (length-prefixed: a CONNECT_REQUEST always reports
+/// MAX_CONNECT_DATA, 56 bytes, the IB CM REQ's 92 less rdma_cm's 36-byte header).
 const HELLO: &str = "ch12 client, protocol lab";
 /// The private data of the server's reject in `--case reject`.
 const REJECT: &str = "server full: try again later";
@@ -416,7 +417,8 @@ fn server(o: &Opts, worker: u32) -> Result {
         req.initiator_depth, req.responder_resources
     );
     println!(
-        "  private data: {} bytes (RoCE pads a REQ's to {MAX_CONNECT_DATA}), payload {:?}",
+        "  private data: {} bytes (every REQ's: the IB CM REQ's 92, less rdma_cm's 36-byte \
+         header), payload {:?}",
         req.private_data.len(),
         unframed(&req.private_data)
             .map(String::from_utf8_lossy)

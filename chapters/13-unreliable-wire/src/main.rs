@@ -167,10 +167,12 @@ impl CaseArg {
             // enough to freeze a VM and resume it well within.
             CaseArg::FrozenPeer => (rts.timeout(16).retry_cnt(3), lab::qp::DEFAULT_MIN_RNR_TIMER),
             CaseArg::KilledPeer => (rts.timeout(12).retry_cnt(3), lab::qp::DEFAULT_MIN_RNR_TIMER),
-            // The impaired ping-pongs: every NAK and every timeout costs one of a message's
-            // tries; with the default 6 a message now and then ran out on a loaded host (an
-            // emulated CPU under load is slow to ACK). retry_cnt 7 is rxe's "no limit": these
-            // cases show the repair, total-loss shows the budget.
+            // The impaired ping-pongs: with a finite retry_cnt every retry a NAK or a timeout
+            // starts costs one of a message's tries; with the default 6 a message now and then
+            // ran out on a loaded host (an emulated CPU under load is slow to ACK). rxe never
+            // counts 7 down (rxe_comp.c rxe_completer: `if (qp->comp.retry_cnt != 7)
+            // qp->comp.retry_cnt--`), so with 7 these cases cannot run out: they show the
+            // repair, total-loss shows the budget.
             CaseArg::Loss | CaseArg::Duplicate | CaseArg::Reorder | CaseArg::Corrupt => {
                 (rts.retry_cnt(7), lab::qp::DEFAULT_MIN_RNR_TIMER)
             }
@@ -568,7 +570,10 @@ fn pingpong_client(case: CaseArg, l: &Link) -> Result<()> {
     }
     let fault = Netem::apply(params)?;
     println!("  tc netem {params} on the RoCE packets this node sends (UDP 4791 only)");
-    println!("  retry_cnt 7 on both QPs (rxe: no limit): each NAK and each timeout costs a try");
+    println!(
+        "  retry_cnt 7 on both QPs, which rxe never counts down: NAKs and timeouts cost resends, \
+         never the message"
+    );
     let mut good = 0;
     for r in 0..ROUNDS {
         fill(&l.mr, r)?;
@@ -602,6 +607,10 @@ fn total_loss(l: &Link) -> Result<()> {
     println!(
         "  timeout {timeout}, retry_cnt {retry}: budget (retry_cnt + 1) x 4.096 us x 2^{timeout} \
          = {budget:.1} ms"
+    );
+    println!(
+        "  {}",
+        lab::kernel::AckTimer::explain(timeout as u8, retry + 1)
     );
     let fault = Netem::apply("loss 100%")?;
     println!("  tc netem loss 100% on the RoCE packets this node sends");

@@ -420,21 +420,51 @@ pub(super) fn checks() -> Vec<Check> {
     c
 }
 
-/// A known bug of the rxe userspace provider: fixed in `fixed_in` (rdma-core major version).
+/// A known bug of the rxe userspace provider: fixed in release `fixed_in` (rdma-core major
+/// version) and in the stable releases `backported` (`(major, minor)`: that stable series from
+/// that point release on).
 pub(super) struct ProviderBug {
     fixed_in: u32,
+    backported: &'static [(u32, u32)],
     what: &'static str,
 }
 
+impl ProviderBug {
+    /// Whether rdma-core `major.minor` has the bug.
+    fn affects(&self, major: u32, minor: u32) -> bool {
+        major < self.fixed_in
+            && !self
+                .backported
+                .iter()
+                .any(|&(ma, mi)| major == ma && minor >= mi)
+    }
+}
+
+/// docs/userspace-bugs.md: the releases are those whose tags contain the fix (rdma-core's git
+/// history).
 pub(super) const PROVIDER_BUGS: &[ProviderBug] = &[
     ProviderBug {
         fixed_in: 55,
+        backported: &[],
         what: "extended CQ polling advances the consumer index twice after ENOENT (a second \
-               drain reads a zeroed slot); upstream: rdma-core pull request 1512",
+               drain reads a zeroed slot); upstream: rdma-core pull request 1512, in v55.0",
     },
     ProviderBug {
         fixed_in: 59,
-        what: "double unlock in cq_ex polling; upstream: rdma-core pull request 1617",
+        backported: &[
+            (49, 7),
+            (50, 6),
+            (51, 6),
+            (52, 5),
+            (53, 5),
+            (54, 4),
+            (55, 3),
+            (56, 3),
+            (57, 2),
+            (58, 1),
+        ],
+        what: "double unlock in cq_ex polling; upstream: rdma-core pull request 1617, in v59.0 \
+               (and stable v49.7 ... v58.1)",
     },
 ];
 
@@ -448,16 +478,18 @@ pub(super) fn userspace_checks() -> Vec<Check> {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
         _ => return vec![],
     };
-    let major: u32 = version
+    // "44.0-2", "56.1-1~bpo12+1": the major and minor of the upstream release.
+    let mut numbers = version
         .split(|c: char| !c.is_ascii_digit())
-        .find(|s| !s.is_empty())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let major = numbers.next().unwrap_or(0);
+    let minor = numbers.next().unwrap_or(0);
     let mut c = vec![Check::info(
         "rdma-core userspace (the lab runs the host's)",
         format!("ibverbs-providers {version}"),
     )];
-    for b in PROVIDER_BUGS.iter().filter(|b| major < b.fixed_in) {
+    for b in PROVIDER_BUGS.iter().filter(|b| b.affects(major, minor)) {
         c.push(Check::optional(
             &format!("rxe provider bug, fixed in rdma-core {}", b.fixed_in),
             false,
@@ -529,4 +561,26 @@ pub(super) fn setup(vm: bool, native: bool, dev: bool, book: bool, print: bool) 
         println!("next: `cargo lab doctor` to check, then `cargo lab tour`");
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PROVIDER_BUGS;
+
+    #[test]
+    fn provider_bugs_by_release() {
+        let affected = |major, minor| {
+            PROVIDER_BUGS
+                .iter()
+                .filter(|b| b.affects(major, minor))
+                .count()
+        };
+        // Debian 12's 44.0: both bugs; 55.0: the double unlock only; 55.3 (stable backport)
+        // and 59.0: neither.
+        assert_eq!(affected(44, 0), 2);
+        assert_eq!(affected(55, 0), 1);
+        assert_eq!(affected(55, 3), 0);
+        assert_eq!(affected(54, 4), 1);
+        assert_eq!(affected(59, 0), 0);
+    }
 }

@@ -34,7 +34,7 @@ pub fn run(r: &mut Report) -> R<()> {
     r.fix(
         "keep a region registered while any peer may use its rkey: tell peers first (a \
          message, then wait for their \"done\"), then deregister; to revoke access on purpose, \
-         use memory windows (chapter 13)",
+         use memory windows (ibv_alloc_mw, ibv_bind_mw; no chapter of this course covers them)",
     );
     r.hardware("the same status, IBV_WC_REM_ACCESS_ERR, and both QPs in ERR.");
     Ok(())

@@ -61,10 +61,10 @@ pub fn run(r: &mut Report) -> R<()> {
         Some((wc, took)) => {
             r.completion("A's completion", &wc, 2, WcStatus::RetryExcErr);
             r.say(format!(
-                "after 7 transmissions (1 + retry_cnt 6), {} (nominal 7 x 1.05 ms; rxe's timer \
-                 ticks in jiffies, ~7.5 ms a try)",
+                "after 7 transmissions (1 + retry_cnt 6), {}",
                 show::elapsed(took)
             ));
+            r.say(lab::kernel::AckTimer::explain(8, 7));
         }
         None => r.mismatch("no completion at A".into()),
     }
