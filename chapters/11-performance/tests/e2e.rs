@@ -111,9 +111,12 @@ fn quick_run() {
         .captures(client)
         .map(|c| c[1].parse().unwrap())
         .unwrap_or_else(|| panic!("no READ comparison in:\n{client}"));
+    // (The chapter measures an ib_read_lat run outside the band again, at most twice: a
+    // whole tool run can fall into the host's slow mode; see its README.)
     assert!(
         (0.7..=1.5).contains(&ratio),
-        "our READ round trip against ib_read_lat: ratio {ratio}, outside 0.7..1.5:\n{client}"
+        "our READ round trip against ib_read_lat: ratio {ratio}, outside 0.7..1.5 after the \
+         chapter's re-measurements:\n{client}"
     );
     // The MTU is back where it was on both nodes.
     assert!(server.contains("eth0's MTU is 1500 again"), "{server}");

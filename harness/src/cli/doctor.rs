@@ -471,12 +471,20 @@ pub(super) const PROVIDER_BUGS: &[ProviderBug] = &[
 /// The rdma-core userspace the lab runs (the host's, over 9p, or the native host's) and the
 /// known rxe provider bugs of that version (docs/userspace-bugs.md).
 pub(super) fn userspace_checks() -> Vec<Check> {
-    let out = Command::new("dpkg-query")
-        .args(["-W", "-f=${Version}", "ibverbs-providers"])
-        .output();
-    let version = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        _ => return vec![],
+    // `--userspace`/`LAB_USERSPACE`: the guests run that root's provider, not the host's.
+    let chosen = crate::userspace::chosen().ok().flatten();
+    let (whose, version) = match &chosen {
+        Some(u) => (
+            format!("the lab runs {}", u.root.display()),
+            crate::userspace::package_version(&u.root, "ibverbs-providers"),
+        ),
+        None => (
+            "the lab runs the host's".to_string(),
+            crate::userspace::host_version("ibverbs-providers"),
+        ),
+    };
+    let Some(version) = version else {
+        return vec![];
     };
     // "44.0-2", "56.1-1~bpo12+1": the major and minor of the upstream release.
     let mut numbers = version
@@ -486,7 +494,7 @@ pub(super) fn userspace_checks() -> Vec<Check> {
     let major = numbers.next().unwrap_or(0);
     let minor = numbers.next().unwrap_or(0);
     let mut c = vec![Check::info(
-        "rdma-core userspace (the lab runs the host's)",
+        &format!("rdma-core userspace ({whose})"),
         format!("ibverbs-providers {version}"),
     )];
     for b in PROVIDER_BUGS.iter().filter(|b| b.affects(major, minor)) {
@@ -494,8 +502,15 @@ pub(super) fn userspace_checks() -> Vec<Check> {
             &format!("rxe provider bug, fixed in rdma-core {}", b.fixed_in),
             false,
             b.what.to_string(),
-            "affects ibv_create_cq_ex polling only (ibv_poll_cq is fine); see \
-             docs/userspace-bugs.md for a newer provider (RDMAV_DRIVERS)",
+            // Debian 13's rdma-core is 56.1: it carries the fixes of 55 and older.
+            if b.fixed_in <= 56 && chosen.is_none() {
+                "affects ibv_create_cq_ex polling only (ibv_poll_cq is fine); a newer provider: \
+                 `--userspace trixie` (Debian 13's rdma-core 56), or one you build \
+                 (docs/userspace-bugs.md, RDMAV_DRIVERS)"
+            } else {
+                "affects ibv_create_cq_ex polling only (ibv_poll_cq is fine); a newer provider: \
+                 one you build (docs/userspace-bugs.md, RDMAV_DRIVERS)"
+            },
         ));
     }
     c
