@@ -25,6 +25,7 @@
 //!   succeeds, with the next post after RTS (a "ghost send");
 //! * moving to ERR flushes every outstanding work request with `IBV_WC_WR_FLUSH_ERR (5)`, and a
 //!   SEND posted in ERR is accepted (returns 0) and flushed too;
+//! * a responder in RTR serves SENDs, RDMA WRITEs and READs: RTS is what a QP needs to send;
 //! * ERR -> RESET -> INIT -> RTR -> RTS: the same QP (same QP number) works again.
 //!
 //! Verbs introduced: `ibv_create_qp`, `ibv_modify_qp` ([`lab::QueuePair::modify`], and the
@@ -78,6 +79,8 @@ const MSG: usize = 64;
 const A_MSGS: usize = 0;
 const B_RECV: usize = 1024;
 const A_RECV: usize = 2048;
+/// Where step 8's RDMA WRITE lands in B's region (and its READ reads back, to 64 bytes on).
+const ONE_SIDED: usize = 3072;
 /// Deadline for anything that should happen (generous: the lab runs under emulation).
 const WAIT: Duration = Duration::from_secs(10);
 /// How long we watch to show that nothing happens. A loopback SEND completes in about a
@@ -219,10 +222,9 @@ fn run() -> Res<()> {
     let qb = qb.to_rtr(&RtrAttr::new(na, PSN_A, gid.gid))?;
     print_rtr("A", &qa)?;
     print_rtr("B", &qb)?;
-    // B goes on to RTS now: it only receives here, but an RC responder needs no more than RTR;
-    // RTS lets it send too.
-    let qb = qb.to_rts(&RtsAttr::new(PSN_B))?;
-    println!("  B -> RTS (B is ready; A stays in RTR for the next step)");
+    // B stays in RTR: it is only the responder here, and an RC responder needs no more than
+    // RTR (RTS only adds what a requester needs). Step 8 shows it serving in RTR.
+    println!("  B stays in RTR (a responder needs no more); A stays in RTR for the next step");
     println!();
 
     // -----------------------------------------------------------------------------------------
@@ -247,7 +249,9 @@ fn run() -> Res<()> {
     println!();
 
     // -----------------------------------------------------------------------------------------
-    println!("step 8: RTR -> RTS, then post the next SEND");
+    println!(
+        "step 8: RTR -> RTS, then post the next SEND; then WRITE and READ into B, still in RTR"
+    );
     // Some tutorials move to RTS with the send PSN alone. RTS also needs the requester's
     // timers and credits (the ACK timeout, the two retry counts, the READ/atomic credits): that
     // mask is refused too, and A stays in RTR.
@@ -294,6 +298,44 @@ fn run() -> Res<()> {
     println!("  before RTS, and treat any post error as fatal for the QP)");
     println!("  lab's hint for that EINVAL (held back until now):");
     println!("    {ghost_hint}");
+    // One-sided operations into a responder that is still in RTR: some tutorials blame access
+    // errors on "a server QP not yet in RTS". RTR is enough to serve WRITE and READ (and the
+    // SENDs above); a responder in RESET or INIT would not answer at all, and the requester
+    // would time out (RETRY_EXC_ERR), not see an access error.
+    print_state("B", &qb)?;
+    let remote = mr.remote();
+    let w_sge = [mr.sge(A_MSGS + MSG..A_MSGS + MSG + 5)];
+    qa.post_send_one(SendWr::write(
+        5,
+        &w_sge,
+        remote.addr + ONE_SIDED as u64,
+        remote.rkey,
+    ))?;
+    let r_sge = [mr.sge(ONE_SIDED + MSG..ONE_SIDED + MSG + 5)];
+    qa.post_send_one(SendWr::read(
+        6,
+        &r_sge,
+        remote.addr + ONE_SIDED as u64,
+        remote.rkey,
+    ))?;
+    let mut wr = [WorkCompletion::default(); 2];
+    cq_a.poll_exact_for(&mut wr, WAIT, "A's WRITE and READ completions")?;
+    for wc in &wr {
+        println!(
+            "  A completion: wr_id {}, {}, {}",
+            wc.wr_id, wc.opcode, wc.status
+        );
+    }
+    let back = &mr.as_slice()[ONE_SIDED + MSG..ONE_SIDED + MSG + 5];
+    if wr.iter().any(|w| !w.is_success()) || back != b"hello" {
+        return Err("the WRITE and READ into B in RTR should both succeed".into());
+    }
+    println!(
+        "  B served A's RDMA WRITE and RDMA READ while in RTR: {:?} written, read back",
+        String::from_utf8_lossy(back)
+    );
+    let qb = qb.to_rts(&RtsAttr::new(PSN_B))?;
+    println!("  B -> RTS (not needed to serve; a QP needs it only to send)");
     println!();
 
     // -----------------------------------------------------------------------------------------
