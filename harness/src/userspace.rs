@@ -13,8 +13,8 @@
 //!
 //! A root is either a directory (`--userspace /var/tmp/trixie`, made by debootstrap or by
 //! `scripts/debian13-root.sh`), or a suite of the distribution's archive (`--userspace trixie`),
-//! which `cargo lab userspace fetch` builds without root: a private apt (the one
-//! `cargo lab kernel fetch` uses) resolves [`PACKAGES`] and their dependencies against an empty
+//! which `cargo lab userspace fetch <suite>` builds without root: a private apt (the one
+//! `cargo lab kernel fetch <suite>` uses) resolves [`PACKAGES`] and their dependencies against an empty
 //! package database, downloads them, and `dpkg-deb -x` unpacks each into
 //! `<cache>/userspace/<suite>/`. No maintainer script runs: the root gets the merged-/usr links,
 //! `/etc/passwd` and `/etc/group` from base-passwd's masters, and the directories a root has,
