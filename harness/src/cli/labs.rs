@@ -216,6 +216,11 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
         signal_hook::flag::register(sig, term.clone())?;
     }
     std::fs::write(dir.join("daemon.pid"), std::process::id().to_string())?;
+    // Before the lab is ready: whoever attaches then finds the userspace it runs.
+    std::fs::write(
+        dir.join("userspace"),
+        testbed::userspace_name(&crate::userspace::chosen()?),
+    )?;
     let opts = VmOptions::from_env();
     let lab = Testbed::boot_in(t, &opts, dir.to_path_buf(), false)?;
     std::fs::write(
@@ -226,10 +231,6 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
             lab.origin,
             lab.vm_pids()
         ),
-    )?;
-    std::fs::write(
-        dir.join("userspace"),
-        testbed::userspace_name(&crate::userspace::chosen()?),
     )?;
     eprintln!("lab daemon: {} {}", t.name(), lab.origin);
     let r = lab.serve(term);

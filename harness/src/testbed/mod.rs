@@ -190,7 +190,6 @@ pub fn chosen_provider() -> Result<Provider> {
     }
 }
 
-/// A pid file's pid.
 /// The userspace a daemon's guests run, as its file `userspace` says: a root, or `host`.
 pub fn daemon_userspace(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("userspace"))
@@ -206,6 +205,7 @@ pub fn userspace_name(u: &Option<crate::userspace::Userspace>) -> String {
     }
 }
 
+/// A pid file's pid.
 fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
