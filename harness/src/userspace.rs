@@ -97,10 +97,16 @@ pub fn chosen() -> Result<Option<Userspace>> {
     if let Some(u) = OVERRIDE.get() {
         return Ok(u.clone());
     }
-    match std::env::var("LAB_USERSPACE") {
-        Ok(v) if !v.is_empty() => resolve(&v).with_context(|| format!("LAB_USERSPACE={v}")),
-        _ => Ok(None),
-    }
+    // Resolved once per process (a suite name is looked up, and fetched if need be, once).
+    static FROM_ENV: std::sync::OnceLock<Result<Option<Userspace>, String>> =
+        std::sync::OnceLock::new();
+    FROM_ENV
+        .get_or_init(|| match std::env::var("LAB_USERSPACE") {
+            Ok(v) if !v.is_empty() => resolve(&v).map_err(|e| format!("LAB_USERSPACE={v}: {e:#}")),
+            _ => Ok(None),
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
 }
 
 /// Checks that `root` can be a guest's root; the error names what is missing and the fix.
