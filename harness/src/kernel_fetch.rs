@@ -165,6 +165,22 @@ impl PrivateApt {
     }
 }
 
+/// Builds a cache entry in `tmp` (beside `dest`) with `build`, then moves it to `dest`,
+/// replacing what was there; a failed build leaves nothing behind.
+pub(crate) fn build_then_move(
+    tmp: &Path,
+    dest: &Path,
+    build: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    if let Err(e) = build() {
+        let _ = std::fs::remove_dir_all(tmp);
+        return Err(e);
+    }
+    let _ = std::fs::remove_dir_all(dest);
+    std::fs::rename(tmp, dest)
+        .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))
+}
+
 pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd
         .output()
@@ -273,13 +289,7 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
         )?;
         Ok(())
     };
-    if let Err(e) = unpack() {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    let _ = std::fs::remove_dir_all(&dest);
-    std::fs::rename(&tmp, &dest)
-        .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))?;
+    build_then_move(&tmp, &dest, unpack)?;
     cached(&dest, &ver).with_context(|| {
         format!(
             "{} holds no kernel image with an rdma_rxe module tree for {ver}",

@@ -22,7 +22,7 @@
 //! (the root has no `ld.so.cache`).
 
 use crate::initramfs;
-use crate::kernel_fetch::{PrivateApt, run};
+use crate::kernel_fetch::{PrivateApt, build_then_move, run};
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -345,13 +345,7 @@ pub fn fetch(suite: &str) -> Result<Userspace> {
         Ok(())
     };
     eprintln!("userspace fetch: unpacking into {}", dest.display());
-    if let Err(e) = unpack() {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    let _ = std::fs::remove_dir_all(&dest);
-    std::fs::rename(&tmp, &dest)
-        .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))?;
+    build_then_move(&tmp, &dest, unpack)?;
     Ok(Userspace {
         name: suite.to_string(),
         root: dest,
