@@ -69,7 +69,8 @@ fi
 echo "debian13-root: running in $dir/src/rxe-lab: $*"
 start=$(date +%s)
 set +e
-chroot "$dir" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# PATH as a root login has it on Debian (/usr/local/bin too: setup.sh links actionlint there).
+chroot "$dir" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   TERM=dumb CARGO_TERM_COLOR=never LANG=C.UTF-8 \
   sh -c 'cd /src/rxe-lab && exec "$@"' sh "$@"
 rc=$?

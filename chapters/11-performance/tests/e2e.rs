@@ -103,24 +103,98 @@ fn quick_run() {
         ],
         "{client}"
     );
-    // READ: twice our one-way figure of 1b against ib_read_lat, which reports the whole post ->
-    // completion (perftest's print_report_lat: rtt_factor 1 for READ, 2 for SEND and WRITE).
-    // The same operation timed the same way: they agree within 0.7x..1.5x.
-    let read = Regex::new(r"(?m)^ +READ 8 B, round trip +ib_read_lat .* ratio=([0-9.]+)").unwrap();
-    let ratio: f64 = read
-        .captures(client)
-        .map(|c| c[1].parse().unwrap())
-        .unwrap_or_else(|| panic!("no READ comparison in:\n{client}"));
-    // (The chapter measures an ib_read_lat run outside the band again, at most twice: a
-    // whole tool run can fall into the host's slow mode; see its README.)
+    // The tutorials' table (section 6), corrected by this run. What holds whatever the noise:
+    // - RDMA RC is not 0.8-1.5 us here, and TCP is not 10-40x slower than RDMA: rxe is
+    //   software in the same kernel as TCP, over the same virtio NIC;
+    let figure = |re: &str| figure(client, re);
+    let send_us = figure(r"(?m)^ +RDMA RC 8 B: 0\.8-1\.5 us +SEND lat=\S+ +ratio=([0-9.]+)");
+    assert!(send_us > 1.5, "SEND 8 B one way: {send_us} us:\n{client}");
+    let rdma_over_tcp =
+        figure(r"(?m)^ +TCP 8 B: 10-50 us, 10-40x RDMA +TCP lat=\S+ +ratio=([0-9.]+)");
     assert!(
-        (0.7..=1.5).contains(&ratio),
-        "our READ round trip against ib_read_lat: ratio {ratio}, outside 0.7..1.5 after the \
-         chapter's re-measurements:\n{client}"
+        rdma_over_tcp > 0.1,
+        "SEND / TCP latency {rdma_over_tcp}: TCP would be 10x RDMA's, as the claim has it:\n{client}"
     );
+    // - usleep(10) sleeps longer than asked: timer slack (50 us by default) and a wake-up;
+    let usleep = Regex::new(r"usleep\(10\) itself: median lat=(\d+(?:\.\d+)?)(ns|us|ms|s),")
+        .unwrap()
+        .captures(client)
+        .map(|c| {
+            let v: f64 = c[1].parse().unwrap();
+            v * match &c[2] {
+                "ns" => 1e-3,
+                "us" => 1.0,
+                "ms" => 1e3,
+                _ => 1e6,
+            }
+        })
+        .unwrap_or_else(|| panic!("no usleep(10) figure in:\n{client}"));
+    assert!(usleep > 10.0, "usleep(10) took {usleep} us:\n{client}");
+    // - alignment and huge pages change little: rxe copies with the CPU, and there is no NIC
+    //   to DMA or translate; medians within 0.5x..2x of the plain case;
+    let band = 0.5..=2.0;
+    let off64 = figure(r"offset 64 ratio=([0-9.]+),");
+    let off1 = figure(r"offset 1 ratio=([0-9.]+)");
+    let huge = figure(r"huge pages against 4 KiB pages: ratio=([0-9.]+)");
+    for (what, r) in [
+        ("offset 64", off64),
+        ("offset 1", off1),
+        ("huge pages", huge),
+    ] {
+        assert!(
+            band.contains(&r),
+            "{what} against the plain case: ratio {r}:\n{client}"
+        );
+    }
+    // - and the verb the claim names does not exist in this libibverbs (dlsym), while a real
+    //   one does.
+    assert!(
+        client.contains("dlsym: ibv_flush_cache absent, ibv_modify_qp exported"),
+        "{client}"
+    );
+
     // The MTU is back where it was on both nodes.
     assert!(server.contains("eth0's MTU is 1500 again"), "{server}");
     assert!(client.contains("restored: eth0 MTU 1500 on node b, active_mtu 1024 on node a"));
+
+    // READ: twice our one-way figure of 1b against ib_read_lat, which reports the whole post ->
+    // completion (perftest's print_report_lat: rtt_factor 1 for READ, 2 for SEND and WRITE).
+    // The same operation timed the same way: they agree within 0.7x..1.5x. The chapter
+    // measures an ib_read_lat run outside the band again, at most twice; our own 10 READs can
+    // fall into the host's slow mode as well (see its README), so a run outside the band is
+    // followed by one whole second run, and that one must be inside.
+    let band = 0.7..=1.5;
+    let mut ratio = read_ratio(client);
+    let mut last = client.to_string();
+    if !band.contains(&ratio) {
+        println!("READ ratio {ratio} outside 0.7..1.5: running the chapter once more");
+        let again = run_chapter("ch11-performance", EXE, &["--quick"]);
+        again.assert_success();
+        last = again.section("client").stdout.clone();
+        ratio = read_ratio(&last);
+    }
+    assert!(
+        band.contains(&ratio),
+        "our READ round trip against ib_read_lat: ratio {ratio}, outside 0.7..1.5 in two runs, \
+         after the chapter's re-measurements:\n{last}"
+    );
+}
+
+/// The number `re`'s first group captures in the client's output.
+fn figure(client: &str, re: &str) -> f64 {
+    Regex::new(re)
+        .unwrap()
+        .captures(client)
+        .map(|c| c[1].parse().unwrap())
+        .unwrap_or_else(|| panic!("no {re} in:\n{client}"))
+}
+
+/// Our READ round trip over ib_read_lat's, from section 1e.
+fn read_ratio(client: &str) -> f64 {
+    figure(
+        client,
+        r"(?m)^ +READ 8 B, round trip +ib_read_lat .* ratio=([0-9.]+)",
+    )
 }
 
 /// Bad command lines: a clear message and exit status 2, never a panic. Runs on the host.

@@ -376,7 +376,7 @@ pub fn status(lab: &Testbed) -> Result<Vec<String>> {
                     .split_once("limit ")
                     .map(|(_, r)| r.split_once(' ').map(|x| x.1).unwrap_or(""))
                     .unwrap_or("");
-                format!("netem {} on {roce}", params.trim())
+                format!("netem {} on {roce}", without_seed(params))
             })
             .collect();
         out.push(if active.is_empty() {
@@ -386,6 +386,23 @@ pub fn status(lab: &Testbed) -> Result<Vec<String>> {
         });
     }
     Ok(out)
+}
+
+/// netem's parameters as `tc qdisc show` prints them, without the `seed N` that iproute2 6.15
+/// (Debian 13) adds: the seed of netem's loss generator (`TCA_NETEM_PRNG_SEED` in
+/// net/sched/sch_netem.c), drawn at random when the qdisc is made without one, so a new one
+/// each time (two tests here saw two), which says nothing about the fault.
+fn without_seed(params: &str) -> String {
+    let mut out = vec![];
+    let mut words = params.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "seed" {
+            words.next();
+        } else {
+            out.push(w);
+        }
+    }
+    out.join(" ")
 }
 
 /// Is anything active (a netem qdisc on either node, a frozen node)?
@@ -408,6 +425,20 @@ impl Drop for ClearOnDrop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn netem_status_drops_the_seed_newer_iproute2_prints() {
+        // iproute2 6.1 (Debian 12) and 6.15 (Debian 13) on the same qdisc.
+        assert_eq!(without_seed("loss 50%"), "loss 50%");
+        assert_eq!(
+            without_seed("loss 50% seed 16011505550571958062"),
+            "loss 50%"
+        );
+        assert_eq!(
+            without_seed(" delay 10ms  2ms seed 7 reorder 25% "),
+            "delay 10ms 2ms reorder 25%"
+        );
+    }
 
     #[test]
     fn parses_impairments() {

@@ -93,6 +93,31 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
     Ok(out)
 }
 
+/// Whether the libibverbs this process runs exports a function named `symbol`: `dlsym(3)` on
+/// `libibverbs.so.1`. `None` if the library cannot be opened at all.
+///
+/// A verb a tutorial names either exists here or it does not: chapter 11 asks for
+/// `ibv_flush_cache`, which no rdma-core has, next to `ibv_modify_qp`, which every one
+/// exports. Some verbs are not symbols at all: `ibv_post_send` and `ibv_poll_cq` are
+/// `static inline` in `<infiniband/verbs.h>` and jump through the context's ops table, so
+/// they are found in the header, not here.
+pub fn libibverbs_exports(symbol: &str) -> Option<bool> {
+    let name = std::ffi::CString::new(symbol).ok()?;
+    // SAFETY: the file name is a NUL-terminated literal; RTLD_NOW resolves the library's
+    // own symbols at once. The handle is closed below.
+    let handle = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: `handle` came from dlopen above; `name` is NUL-terminated. The address is
+    // only compared with null, never called.
+    let found = !unsafe { libc::dlsym(handle, name.as_ptr()) }.is_null();
+    // SAFETY: `handle` is a live handle from dlopen, closed once (the library stays loaded:
+    // this process links it).
+    unsafe { libc::dlclose(handle) };
+    Some(found)
+}
+
 pub(crate) struct ContextInner {
     pub(crate) ctx: NonNull<ibv_context>,
     pub(crate) name: String,
@@ -513,6 +538,16 @@ mod tests {
         assert!(ll.is_link_local());
         assert_eq!(ll.to_ipv4(), None);
         assert_eq!(ll.to_string(), "fe80::5054:ff:fe00:1");
+    }
+
+    #[test]
+    fn libibverbs_exports_what_it_links_and_not_what_tutorials_invent() {
+        assert_eq!(libibverbs_exports("ibv_modify_qp"), Some(true));
+        assert_eq!(libibverbs_exports("ibv_flush_cache"), Some(false));
+        // Inline in verbs.h: a call through the context's ops, no symbol.
+        assert_eq!(libibverbs_exports("ibv_post_send"), Some(false));
+        assert_eq!(libibverbs_exports("ibv_poll_cq"), Some(false));
+        assert_eq!(libibverbs_exports("no\0such"), None);
     }
 
     #[test]
