@@ -1,0 +1,19 @@
+//! contracts: what the lab's processes say to each other, typed once.
+//!
+//! Several processes meet in the lab: `cargo lab` and its daemon on the host, the agent in
+//! each VM, and the chapters' programs inside the VMs. Where they exchange text, the text is
+//! defined here, once, with a parser next to its printer, so that the two ends cannot drift
+//! apart:
+//!
+//! - [`Node`] and [`Topology`]: the nodes of a lab and their names (`a`, `b`), the topologies
+//!   (`loopback`, `pair`);
+//! - [`host`]: the requests a program sends to the lab's host (`freeze a`, `trace stop` ...)
+//!   and the host's replies (`ok N` or `err N`, a newline, then N bytes of text).
+//!
+//! std only, and nothing here links libibverbs: every crate of the workspace may use it.
+
+pub mod host;
+mod node;
+
+pub use host::{HostReply, HostRequest, ParseReplyError, ParseRequestError, ReplyHead};
+pub use node::{Node, ParseNodeError, ParseTopologyError, Topology};
