@@ -522,10 +522,8 @@ pub fn start_one(
     mem_mb: u32,
     wire: Option<Wire>,
 ) -> Result<Vm> {
-    let tag = match node {
-        Some(Node::B) => "b",
-        _ => "a",
-    };
+    // The loopback VM's files are named as node a's.
+    let tag = node.unwrap_or(Node::A).name();
     let console = dir.join(format!("console-{tag}.log"));
     let qemu_log = dir.join(format!("qemu-{tag}.log"));
     let agent_sock = dir.join(format!("agent-{tag}.sock"));
@@ -561,10 +559,7 @@ pub fn start_one(
         ));
     }
     if let Some(n) = node {
-        append.push_str(match n {
-            Node::A => " LAB_NODE=a",
-            Node::B => " LAB_NODE=b",
-        });
+        append.push_str(&format!(" LAB_NODE={}", n.name()));
     }
     let mut cmd = tied_command(&qemu_binary()?);
     cmd.args([

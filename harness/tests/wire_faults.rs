@@ -12,6 +12,7 @@
 //!   restarted it is a fresh VM that answers again; `clear` restarts a killed node too;
 //! * after `clear` no qdisc and no frozen node is left, and all N datagrams cross again.
 
+use contracts::HostRequest;
 use harness::Node;
 use harness::conn::Cmd;
 use harness::proto::ExitStatus;
@@ -296,7 +297,7 @@ fn kill_restart_and_clear() {
     std::thread::sleep(Duration::from_secs(3));
     let before = uptime(&lab, Node::B);
 
-    let said = lab.host("kill b").unwrap();
+    let said = lab.host(HostRequest::Kill(Node::B)).unwrap();
     assert!(said.contains("node b killed"), "{said}");
     assert!(killed_marker(&dir, Node::B).exists());
     let st = fault::status(&lab).unwrap().join("\n");
@@ -307,7 +308,7 @@ fn kill_restart_and_clear() {
         "a killed node answers nothing"
     );
 
-    let said = lab.host("restart b").unwrap();
+    let said = lab.host(HostRequest::Restart(Node::B)).unwrap();
     assert!(said.contains("node b restarted"), "{said}");
     assert!(!killed_marker(&dir, Node::B).exists());
     assert_eq!(generation(&dir, Node::B), g0 + 1);
@@ -319,12 +320,13 @@ fn kill_restart_and_clear() {
     assert!(after < before, "a fresh VM: up {after} s, was {before} s");
 
     // clear brings a killed node back.
-    lab.host("kill b").unwrap();
+    lab.host(HostRequest::Kill(Node::B)).unwrap();
     fault::clear(&lab).unwrap();
     assert_eq!(generation(&dir, Node::B), g0 + 2);
     assert!(!fault::any_active(&lab).unwrap());
     assert!(ping(&lab, Node::B, "10.77.0.1"));
-    // A request the host does not know is refused with what it knows.
-    let e = lab.host("explode b").unwrap_err().to_string();
+    // A request the host does not know is refused with what it knows (the owner parses each
+    // line it is sent with this parse).
+    let e = "explode b".parse::<HostRequest>().unwrap_err().to_string();
     assert!(e.contains("freeze, thaw, kill or restart"), "{e}");
 }

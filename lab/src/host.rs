@@ -3,13 +3,14 @@
 //! Some failures need someone outside both nodes: freezing the peer's VM (QEMU stops its
 //! vCPUs), killing it, booting it again, recording the wire between the two. The microVM lab's
 //! agent exports `LAB_HOST`, the path of a unix socket, to every program it starts. [`ask`]
-//! writes one line there ("freeze a", "kill a", "restart a", "trace start", "trace stop",
-//! "status") and reads the answer: `ok N` or `err N`, a newline, then N bytes of text. The
-//! process that runs the VMs carries out the request.
+//! writes one [`HostRequest`] there as a line ("freeze a", "kill a", "restart a",
+//! "trace start", "trace stop", "status") and reads the [`HostReply`]: `ok N` or `err N`, a
+//! newline, then N bytes of text. The process that runs the VMs carries out the request.
 //!
 //! On a native host there is no VM to freeze or kill, and `LAB_HOST` is not set: [`ask`] says
 //! so, and says where it works.
 
+pub use contracts::{HostReply, HostRequest, Node, ParseRequestError, ReplyHead};
 use std::fmt;
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -52,19 +53,23 @@ pub fn available() -> bool {
 }
 
 /// Sends one request and waits at most `limit` for its answer (a restart takes seconds).
-pub fn ask(line: &str, limit: Duration) -> Result<String, HostError> {
+pub fn ask(request: HostRequest, limit: Duration) -> Result<String, HostError> {
     let path = std::env::var_os("LAB_HOST").ok_or(HostError::NotInLab)?;
-    ask_at(std::path::Path::new(&path), line, limit)
+    ask_at(std::path::Path::new(&path), request, limit)
 }
 
 /// [`ask`] at a given socket.
-pub fn ask_at(path: &std::path::Path, line: &str, limit: Duration) -> Result<String, HostError> {
-    let io = |e: std::io::Error| HostError::Io(format!("{}: {e}", line.trim()));
+pub fn ask_at(
+    path: &std::path::Path,
+    request: HostRequest,
+    limit: Duration,
+) -> Result<String, HostError> {
+    let line = request.to_string();
+    let io = |e: std::io::Error| HostError::Io(format!("{line}: {e}"));
     let mut s = UnixStream::connect(path).map_err(io)?;
     let deadline = Instant::now() + limit;
     s.set_write_timeout(Some(limit)).map_err(io)?;
-    s.write_all(format!("{}\n", line.trim()).as_bytes())
-        .map_err(io)?;
+    s.write_all(format!("{line}\n").as_bytes()).map_err(io)?;
     // The head, `ok N` or `err N`, byte by byte up to its newline.
     let mut head = Vec::new();
     let mut b = [0u8; 1];
@@ -72,8 +77,7 @@ pub fn ask_at(path: &std::path::Path, line: &str, limit: Duration) -> Result<Str
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(HostError::Io(format!(
-                "no answer to {:?} within {} s",
-                line.trim(),
+                "no answer to {line:?} within {} s",
                 limit.as_secs()
             )));
         }
@@ -91,42 +95,22 @@ pub fn ask_at(path: &std::path::Path, line: &str, limit: Duration) -> Result<Str
             Err(e) => return Err(io(e)),
         }
     }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let (ok, n) = parse_head(&head).ok_or_else(|| HostError::Io(format!("bad answer {head:?}")))?;
-    let mut text = vec![0u8; n];
+    let head: ReplyHead = String::from_utf8_lossy(&head)
+        .parse()
+        .map_err(|e| HostError::Io(format!("{e}")))?;
+    let mut text = vec![0u8; head.len];
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(io)?;
     s.read_exact(&mut text).map_err(io)?;
     let text = String::from_utf8_lossy(&text).into_owned();
-    if ok {
-        Ok(text)
-    } else {
-        Err(HostError::Refused(text))
-    }
-}
-
-/// `ok 12` -> (true, 12); `err 3` -> (false, 3).
-fn parse_head(head: &str) -> Option<(bool, usize)> {
-    let (word, n) = head.split_once(' ')?;
-    let ok = match word {
-        "ok" => true,
-        "err" => false,
-        _ => return None,
-    };
-    Some((ok, n.trim().parse().ok()?))
+    HostReply::from_parts(head, text)
+        .into_result()
+        .map_err(HostError::Refused)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn heads() {
-        assert_eq!(parse_head("ok 12"), Some((true, 12)));
-        assert_eq!(parse_head("err 0"), Some((false, 0)));
-        assert_eq!(parse_head("maybe 3"), None);
-        assert_eq!(parse_head("ok many"), None);
-    }
 
     #[test]
     fn a_host_that_answers_and_one_that_refuses() {
@@ -141,22 +125,21 @@ mod tests {
                 while s.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
                     line.push(b[0]);
                 }
-                let (head, body) = if i == 0 {
-                    ("ok", format!("did {}", String::from_utf8_lossy(&line)))
+                let reply = if i == 0 {
+                    HostReply::Done(format!("did {}", String::from_utf8_lossy(&line)))
                 } else {
-                    ("err", "no such node".to_string())
+                    HostReply::Refused("node b is not here".to_string())
                 };
-                s.write_all(format!("{head} {}\n{body}", body.len()).as_bytes())
-                    .unwrap();
+                s.write_all(reply.to_string().as_bytes()).unwrap();
             }
         });
         assert_eq!(
-            ask_at(&sock, "freeze a", Duration::from_secs(5)).unwrap(),
+            ask_at(&sock, HostRequest::Freeze(Node::A), Duration::from_secs(5)).unwrap(),
             "did freeze a"
         );
         assert_eq!(
-            ask_at(&sock, "kill c", Duration::from_secs(5)),
-            Err(HostError::Refused("no such node".into()))
+            ask_at(&sock, HostRequest::Kill(Node::B), Duration::from_secs(5)),
+            Err(HostError::Refused("node b is not here".into()))
         );
         t.join().unwrap();
     }

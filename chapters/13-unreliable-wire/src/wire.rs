@@ -14,15 +14,25 @@
 //! A packet that netem drops inside node b never reaches the cable: it is not there.
 
 use lab::course::{OrFail, Outcome as Result};
+use lab::host::HostRequest;
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// How long a request to the host may take: a restart boots a VM.
 const HOST_WAIT: Duration = Duration::from_secs(180);
 
-/// Asks the lab's host for `line` ("freeze a", "trace stop" ...).
+/// Asks the lab's host for `line` ("freeze a", "thaw a" ...): a [`HostRequest`] as text.
 pub fn host(line: &str) -> Result<String> {
-    lab::host::ask(line, HOST_WAIT).or_fail_with(|| format!("asking the lab's host to {line}"))
+    let request: HostRequest = line
+        .parse()
+        .or_fail_with(|| format!("{line:?} is no request to the lab's host"))?;
+    ask(request)
+}
+
+/// Asks the lab's host for `request`.
+fn ask(request: HostRequest) -> Result<String> {
+    lab::host::ask(request, HOST_WAIT)
+        .or_fail_with(|| format!("asking the lab's host to {request}"))
 }
 
 /// One recorded packet: who sent it, its PSN and its whole ladder line.
@@ -41,12 +51,12 @@ pub struct Ladder {
 
 /// Starts recording the wire.
 pub fn start() -> Result<()> {
-    host("trace start").map(|_| ())
+    ask(HostRequest::TraceStart).map(|_| ())
 }
 
 /// Stops recording: the packets since [`start`].
 pub fn stop() -> Result<Ladder> {
-    Ok(parse(&host("trace stop")?))
+    Ok(parse(&ask(HostRequest::TraceStop)?))
 }
 
 fn parse(text: &str) -> Ladder {

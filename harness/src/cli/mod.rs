@@ -292,7 +292,7 @@ impl std::str::FromStr for TopoArg {
         if s == "all" {
             Ok(TopoArg::All)
         } else {
-            s.parse().map(TopoArg::One)
+            s.parse().map(TopoArg::One).map_err(|e| e.to_string())
         }
     }
 }

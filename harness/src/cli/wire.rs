@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::wire::{self, Capture};
+use contracts::HostRequest;
 
 /// `cargo lab trace FILE.pcap [--svg OUT] [--redact] [--title T]`.
 pub(super) fn trace(
@@ -141,7 +142,12 @@ pub(super) fn fault(
             }
             // The daemon owns the VMs: it kills or boots one, and keeps the lab up meanwhile.
             let lab = Testbed::attach(Topology::Pair, &dir)?;
-            println!("{}", lab.host(&format!("{action} {}", n.name()))?);
+            let request = if action == "kill" {
+                HostRequest::Kill(n)
+            } else {
+                HostRequest::Restart(n)
+            };
+            println!("{}", lab.host(request)?);
             if action == "kill" {
                 println!(
                     "(`cargo lab fault restart {}` boots it again; so does `cargo lab fault clear`)",

@@ -15,6 +15,7 @@ use crate::proto::{self, Reply, Request};
 use crate::vm::{self, Vm, VmOptions};
 use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
+use contracts::HostRequest;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -108,7 +109,7 @@ impl Heartbeat {
                 hb.1 = now;
                 hb.2 = None;
                 if !err.is_empty() {
-                    bail!("node {}: {err}", node_tag(n.node));
+                    bail!("node {}: {err}", n.node.name());
                 }
             }
             match hb.2 {
@@ -116,7 +117,7 @@ impl Heartbeat {
                     bail!(
                         "node {}: no answer to a heartbeat for {} s: the lab (daemon, agent or \
                          VM) is stuck",
-                        node_tag(n.node),
+                        n.node.name(),
                         HEARTBEAT_LIMIT.as_secs()
                     );
                 }
@@ -210,20 +211,6 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-fn node_tag(n: Node) -> &'static str {
-    match n {
-        Node::A => "a",
-        Node::B => "b",
-    }
-}
-
-fn topo_nodes(t: Topology) -> &'static [Node] {
-    match t {
-        Topology::Loopback => &[Node::A],
-        Topology::Pair => &[Node::A, Node::B],
-    }
-}
-
 impl Testbed {
     /// Runs commands on this host (an RDMA device exists here). Both topologies are served by
     /// the one device: in `pair`, nodes a and b are this host (roles keep their node, and the
@@ -251,11 +238,12 @@ impl Testbed {
             .map(|d| ("LAB_DEVICE".to_string(), d))
             .into_iter()
             .collect();
-        let nodes = topo_nodes(topology)
+        let nodes = topology
+            .nodes()
             .iter()
             .map(|&n| LabNode {
                 node: n,
-                conn: Conn::local_with(&format!("native {}", node_tag(n)), &extra),
+                conn: Conn::local_with(&format!("native {}", n.name()), &extra),
                 console: None,
             })
             .collect();
@@ -379,17 +367,17 @@ impl Testbed {
     pub fn attach(topology: Topology, dir: &Path) -> Result<Testbed> {
         let daemon_pid = read_pid(&dir.join("daemon.pid"));
         let mut nodes = vec![];
-        for &n in topo_nodes(topology) {
-            let sock = dir.join(format!("node-{}.sock", node_tag(n)));
+        for &n in topology.nodes() {
+            let sock = dir.join(format!("node-{}.sock", n.name()));
             let s = UnixStream::connect(&sock)
                 .with_context(|| format!("connecting to {}", sock.display()))?;
-            let conn = Conn::new(s, &format!("node {}", node_tag(n)))?;
+            let conn = Conn::new(s, &format!("node {}", n.name()))?;
             conn.wait_ready(Duration::from_secs(10))
                 .map_err(|e| anyhow::anyhow!(e))?;
             nodes.push(LabNode {
                 node: n,
                 conn,
-                console: Some(dir.join(format!("console-{}.log", node_tag(n)))),
+                console: Some(dir.join(format!("console-{}.log", n.name()))),
             });
         }
         Ok(Testbed {
@@ -498,7 +486,7 @@ impl Testbed {
                 s.push_str(&format!(
                     "--- last lines of {} (node {}) ---\n{}\n",
                     c.display(),
-                    node_tag(n.node),
+                    n.node.name(),
                     vm::tail(c, lines)
                 ));
             }
@@ -519,7 +507,7 @@ impl Testbed {
                 continue;
             }
             if let Some(why) = n.conn.closed_why() {
-                bail!("node {}: {why}", node_tag(n.node));
+                bail!("node {}: {why}", n.node.name());
             }
         }
         let vms = match &self.owner {
@@ -548,17 +536,18 @@ impl Testbed {
             .is_some_and(|d| killed_marker(d, n).exists())
     }
 
-    /// A request to the lab's owner ("freeze a", "kill b", "restart b", "status"): served here
+    /// A request to the lab's owner (freeze, kill or restart a node, its status): served here
     /// when this process runs the VMs, else by the daemon that does.
-    pub fn host(&self, line: &str) -> Result<String> {
+    pub fn host(&self, request: HostRequest) -> Result<String> {
         match &self.owner {
-            Some(o) => o.handle(line).map_err(anyhow::Error::msg),
+            Some(o) => o.carry_out(request).map_err(anyhow::Error::msg),
             None if self.daemon_pid.is_some() => self.nodes[0]
                 .conn
-                .host_request(line, Duration::from_secs(180)),
+                .host_request(&request.to_string(), Duration::from_secs(180)),
             None => bail!(
-                "{line:?} needs the microVM lab: a native lab has no VM to freeze, kill or \
-                 restart (`LAB_PROVIDER=vm`)"
+                "{:?} needs the microVM lab: a native lab has no VM to freeze, kill or \
+                 restart (`LAB_PROVIDER=vm`)",
+                request.to_string()
             ),
         }
     }
@@ -678,7 +667,7 @@ impl Testbed {
         let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
         let lab = Arc::new(self);
         for n in &lab.nodes {
-            let sock = dir.join(format!("node-{}.sock", node_tag(n.node)));
+            let sock = dir.join(format!("node-{}.sock", n.node.name()));
             let _ = std::fs::remove_file(&sock);
             let listener =
                 UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
@@ -711,7 +700,7 @@ impl Testbed {
         }
         drop(g);
         for n in &lab.nodes {
-            let _ = std::fs::remove_file(dir.join(format!("node-{}.sock", node_tag(n.node))));
+            let _ = std::fs::remove_file(dir.join(format!("node-{}.sock", n.node.name())));
         }
         let _ = std::fs::remove_file(dir.join("ready"));
         Ok(())

@@ -1,15 +1,9 @@
 //! The owner of a booted VM lab: what only the process that runs the VMs can do.
 //!
 //! Requests come as one line of text, from a program in a guest (through its agent: the
-//! chapters' `lab::host`) or from `cargo lab fault <action>` (through a daemon's relay):
-//!
-//! | line | what happens |
-//! |---|---|
-//! | `freeze N` / `thaw N` | QEMU `stop` / `cont` on node N: it goes silent and keeps its state |
-//! | `kill N` | node N's QEMU is killed: the VM and everything in it are gone |
-//! | `restart N` | a fresh VM for node N (killed first if it runs), on the same cable |
-//! | `status` | each node: running, frozen or killed |
-//! | `trace start` / `trace stop` | record the pair's wire (the cable); `stop` answers the ladder |
+//! chapters' `lab::host`) or from `cargo lab fault <action>` (through a daemon's relay). The
+//! line is a [`HostRequest`] (its table says what each one does); [`Owner::handle`] parses it
+//! and carries it out.
 //!
 //! Other processes see a node killed on purpose through a marker file in the state dir
 //! ([`killed_marker`]), and count its restarts in another ([`generation`]): the relay answers
@@ -41,85 +35,86 @@ impl std::fmt::Debug for Owner {
 
 /// Exists while node `n` is down because someone asked (`kill`), until its `restart`.
 pub fn killed_marker(dir: &Path, n: Node) -> PathBuf {
-    dir.join(format!("killed-{}", node_tag(n)))
+    dir.join(format!("killed-{}", n.name()))
 }
 
 /// How many times node `n` was restarted.
 pub fn generation(dir: &Path, n: Node) -> u64 {
-    std::fs::read_to_string(dir.join(format!("generation-{}", node_tag(n))))
+    std::fs::read_to_string(dir.join(format!("generation-{}", n.name())))
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
 }
 
-fn parse_node(s: Option<&str>) -> Result<Node, String> {
-    match s {
-        Some("a") => Ok(Node::A),
-        Some("b") => Ok(Node::B),
-        Some(o) => Err(format!("no node {o:?} (the pair's nodes are a and b)")),
-        None => Err("which node? (a or b)".into()),
-    }
-}
-
 impl Owner {
-    /// Serves one request line; the text says what was done.
+    /// Serves one request line; the text says what was done, or why it was not.
     pub(super) fn handle(&self, line: &str) -> Result<String, String> {
-        let mut w = line.split_whitespace();
-        let verb = w.next().unwrap_or("");
-        if verb == "status" {
-            return Ok(self.status());
+        let request: HostRequest = line.parse().map_err(|e| format!("{e}"))?;
+        self.carry_out(request)
+    }
+
+    /// Carries out one request.
+    pub(super) fn carry_out(&self, request: HostRequest) -> Result<String, String> {
+        use crate::wire::fault;
+        match request {
+            HostRequest::Status => Ok(self.status()),
+            HostRequest::TraceStart => self.trace(true),
+            HostRequest::TraceStop => self.trace(false),
+            HostRequest::Freeze(n) => self.change(n, true, || {
+                fault::freeze(&self.dir, n)
+                    .map(|()| format!("node {} frozen (QEMU stopped its vCPUs)", n.name()))
+            }),
+            HostRequest::Thaw(n) => self.change(n, true, || {
+                fault::thaw(&self.dir, n).map(|()| format!("node {} running again", n.name()))
+            }),
+            HostRequest::Kill(n) => self.change(n, false, || self.kill(n)),
+            HostRequest::Restart(n) => self.change(n, false, || self.restart(n)),
         }
-        if verb == "trace" {
-            return self.trace(w.next());
-        }
-        let n = parse_node(w.next())?;
-        if self.topology == Topology::Loopback && n == Node::B {
+    }
+
+    /// Runs `f`, which changes node `n`'s VM, with no other change under way. `needs_vm`: `f`
+    /// talks to the VM's monitor, so a node killed on purpose is refused.
+    fn change(
+        &self,
+        n: Node,
+        needs_vm: bool,
+        f: impl FnOnce() -> Result<String>,
+    ) -> Result<String, String> {
+        if !self.topology.nodes().contains(&n) {
             return Err("the loopback lab has one node, a".into());
         }
         let _g = self.busy.lock().unwrap();
-        let r = match verb {
-            "freeze" | "thaw" if self.is_killed(n) => Err(anyhow::anyhow!(
+        if needs_vm && self.is_killed(n) {
+            return Err(format!(
                 "node {} was killed; `restart {}` first",
                 n.name(),
                 n.name()
-            )),
-            "freeze" => crate::wire::fault::freeze(&self.dir, n)
-                .map(|()| format!("node {} frozen (QEMU stopped its vCPUs)", n.name())),
-            "thaw" => crate::wire::fault::thaw(&self.dir, n)
-                .map(|()| format!("node {} running again", n.name())),
-            "kill" => self.kill(n),
-            "restart" => self.restart(n),
-            other => Err(anyhow::anyhow!(
-                "unknown request {other:?}: freeze, thaw, kill or restart a node, or status"
-            )),
-        };
-        r.map_err(|e| format!("{e:#}"))
+            ));
+        }
+        f().map_err(|e| format!("{e:#}"))
     }
 
-    /// `trace start|stop`: the cable's tap. `stop` waits a moment first (the last ACK of what
-    /// was just done is still on its way), then answers one ladder line per RoCE packet.
-    fn trace(&self, what: Option<&str>) -> Result<String, String> {
+    /// `trace start` (`start`) or `trace stop`: the cable's tap. `stop` waits a moment first
+    /// (the last ACK of what was just done is still on its way), then answers one ladder line
+    /// per RoCE packet.
+    fn trace(&self, start: bool) -> Result<String, String> {
         let Some(c) = &self.cable else {
             return Err(
                 "only the pair has a wire to trace (in one VM rxe loops packets back)".into(),
             );
         };
-        match what {
-            Some("start") => {
-                c.tap_start();
-                Ok("recording the wire".into())
-            }
-            Some("stop") => {
-                std::thread::sleep(Duration::from_millis(200));
-                let frames = c.tap_stop();
-                let packets: Vec<_> = frames
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, f)| crate::wire::decode::decode_frame(i + 1, f))
-                    .collect();
-                Ok(crate::wire::ladder::text(&packets))
-            }
-            _ => Err("trace start or trace stop".into()),
+        if start {
+            c.tap_start();
+            Ok("recording the wire".into())
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+            let frames = c.tap_stop();
+            let packets: Vec<_> = frames
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| crate::wire::decode::decode_frame(i + 1, f))
+                .collect();
+            Ok(crate::wire::ladder::text(&packets))
         }
     }
 
@@ -128,7 +123,8 @@ impl Owner {
     }
 
     fn status(&self) -> String {
-        topo_nodes(self.topology)
+        self.topology
+            .nodes()
             .iter()
             .map(|&n| {
                 let state = if self.is_killed(n) {
@@ -189,7 +185,7 @@ impl Owner {
         }
         let g = generation(&self.dir, n) + 1;
         std::fs::write(
-            self.dir.join(format!("generation-{}", node_tag(n))),
+            self.dir.join(format!("generation-{}", n.name())),
             g.to_string(),
         )?;
         std::fs::remove_file(killed_marker(&self.dir, n))?;

@@ -221,13 +221,7 @@ fn schedule(lab: &Testbed, roles: &[Role], limit: Duration) -> Result<Transcript
         }
         let mut env = base_env.clone();
         if lab.topology == Topology::Pair && lab.provider == Provider::Vm {
-            env.push((
-                "LAB_NODE".into(),
-                match role.node {
-                    Node::A => "a".into(),
-                    Node::B => "b".into(),
-                },
-            ));
+            env.push(("LAB_NODE".into(), role.node.name().into()));
         }
         env.extend(role.env.iter().cloned());
         let cmd = Cmd {

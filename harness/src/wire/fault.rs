@@ -23,6 +23,7 @@ use crate::conn::Cmd;
 use crate::proto::ExitStatus;
 use crate::testbed::Testbed;
 use anyhow::{Context as _, Result, bail};
+use contracts::HostRequest;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -141,7 +142,7 @@ impl Faults {
 
     fn to_text(&self) -> String {
         let mut s = String::new();
-        for (n, f) in [("a", &self.a), ("b", &self.b)] {
+        for (n, f) in [(Node::A, &self.a), (Node::B, &self.b)] {
             if f.partitioned {
                 s.push_str(&format!("{n} partition\n"));
             }
@@ -156,10 +157,8 @@ impl Faults {
         let mut f = Faults::default();
         for line in t.lines() {
             let w: Vec<&str> = line.split_whitespace().collect();
-            let node = match w.first() {
-                Some(&"a") => Node::A,
-                Some(&"b") => Node::B,
-                _ => continue,
+            let Some(node) = w.first().and_then(|n| Node::from_name(n)) else {
+                continue;
             };
             match w.get(1..) {
                 Some(["partition"]) => f.node(node).partitioned = true,
@@ -334,7 +333,7 @@ pub fn clear(lab: &Testbed) -> Result<()> {
     // A node killed on purpose comes back first (its qdiscs went with it).
     for n in [Node::A, Node::B] {
         if crate::testbed::killed_marker(&dir, n).exists() {
-            lab.host(&format!("restart {}", n.name()))?;
+            lab.host(HostRequest::Restart(n))?;
         }
     }
     thaw_all(&dir)?;
