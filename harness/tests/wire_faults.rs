@@ -135,6 +135,16 @@ fn ping(lab: &Testbed, from: Node, to: &str) -> bool {
     out.status == ExitStatus::Code(0)
 }
 
+/// `cargo lab fault status`'s lines.
+fn status_text(lab: &Testbed) -> String {
+    let lines: Vec<String> = fault::status(lab)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    lines.join("\n")
+}
+
 fn assert_clean(lab: &Testbed) {
     fault::clear(lab).expect("clear");
     assert!(
@@ -166,7 +176,7 @@ fn impairments_hit_roce_only_and_clear_removes_them() {
     let (roce, ctl) = send(&lab);
     in_range("loss 50%", roce.len(), 0.3, 0.7);
     assert_eq!(ctl.len(), N, "the control traffic is not impaired");
-    let st = fault::status(&lab).unwrap().join("\n");
+    let st = status_text(&lab);
     assert!(st.contains("loss 50% on RoCE only"), "{st}");
     fault::clear(&lab).unwrap();
 
@@ -236,7 +246,7 @@ fn partition_heal_freeze_thaw() {
     // b's packets still reach a (the capture on a's netdev sees b's requests).
     fault::partition(&lab, &[Node::A]).unwrap();
     assert!(!ping(&lab, Node::A, "10.77.0.2"), "a -> b is cut");
-    let st = fault::status(&lab).unwrap().join("\n");
+    let st = status_text(&lab);
     assert!(
         st.contains("node a: running, netem loss 100% on everything"),
         "{st}"
@@ -300,7 +310,7 @@ fn kill_restart_and_clear() {
     let said = lab.host(HostRequest::Kill(Node::B)).unwrap();
     assert!(said.contains("node b killed"), "{said}");
     assert!(killed_marker(&dir, Node::B).exists());
-    let st = fault::status(&lab).unwrap().join("\n");
+    let st = status_text(&lab);
     assert!(st.contains("node b: killed"), "{st}");
     // The lab is up: node a still runs commands, and nothing answers it from b.
     assert!(

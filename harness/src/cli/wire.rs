@@ -221,8 +221,8 @@ pub(super) fn fault(
             return Ok(0);
         }
         "status" => {
-            for l in f::status(&lab)? {
-                println!("{l}");
+            for node in f::status(&lab)? {
+                println!("{node}");
             }
             return Ok(0);
         }

@@ -340,49 +340,107 @@ pub fn clear(lab: &Testbed) -> Result<()> {
     apply(lab, &Faults::default(), &[Node::A, Node::B])
 }
 
-/// What is active, read from the nodes themselves (their qdiscs, their run state): one line
-/// per node.
-pub fn status(lab: &Testbed) -> Result<Vec<String>> {
+/// One netem qdisc found on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Netem {
+    /// Its parameters as `tc qdisc show` prints them after the queue limit, without the
+    /// random generator's state ([`without_seed`]): `loss 5%`, `delay 10ms 2ms` ...
+    pub params: String,
+    /// Under the RoCE band of the prio qdisc (an impairment), or at the root (a partition:
+    /// everything the node sends).
+    pub roce_only: bool,
+}
+
+impl std::fmt::Display for Netem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = if self.roce_only {
+            "RoCE only"
+        } else {
+            "everything (partition)"
+        };
+        write!(f, "netem {} on {on}", self.params)
+    }
+}
+
+/// The netem qdiscs in the output of `tc qdisc show`.
+fn netem_qdiscs(tc_show: &str) -> Vec<Netem> {
+    tc_show
+        .lines()
+        .filter(|l| l.starts_with("qdisc netem"))
+        .map(|l| {
+            let params = l
+                .split_once("limit ")
+                .map(|(_, r)| r.split_once(' ').map(|x| x.1).unwrap_or(""))
+                .unwrap_or("");
+            Netem {
+                params: without_seed(params),
+                roce_only: l.contains("parent 1:3"),
+            }
+        })
+        .collect()
+}
+
+/// What a node is doing, as [`status`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// Killed on purpose; gone until its restart.
+    Killed,
+    /// Its vCPUs are stopped, so its qdiscs cannot be read.
+    Frozen,
+    /// Running, with these netem qdiscs (none: no fault).
+    Running(Vec<Netem>),
+}
+
+/// One node's faults, read from the node itself. [`std::fmt::Display`] writes the line
+/// `cargo lab fault status` prints for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFault {
+    pub node: Node,
+    pub state: NodeState,
+}
+
+impl NodeFault {
+    /// Is a fault active on this node: killed, frozen, or a netem qdisc in place?
+    pub fn active(&self) -> bool {
+        !matches!(&self.state, NodeState::Running(netem) if netem.is_empty())
+    }
+}
+
+impl std::fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.node.name();
+        match &self.state {
+            NodeState::Killed => write!(
+                f,
+                "node {n}: killed (`cargo lab fault restart {n}`, or `clear`)"
+            ),
+            NodeState::Frozen => write!(f, "node {n}: frozen (its qdiscs cannot be read)"),
+            NodeState::Running(netem) if netem.is_empty() => {
+                write!(f, "node {n}: running, no fault")
+            }
+            NodeState::Running(netem) => {
+                let active: Vec<String> = netem.iter().map(Netem::to_string).collect();
+                write!(f, "node {n}: running, {}", active.join("; "))
+            }
+        }
+    }
+}
+
+/// What is active, read from the nodes themselves (their qdiscs, their run state): one value
+/// per node, each printed as one line.
+pub fn status(lab: &Testbed) -> Result<Vec<NodeFault>> {
     let mut out = vec![];
     let dir = lab_dir(lab)?;
-    for n in [Node::A, Node::B] {
-        if crate::testbed::killed_marker(&dir, n).exists() {
-            out.push(format!(
-                "node {}: killed (`cargo lab fault restart {}`, or `clear`)",
-                n.name(),
-                n.name()
-            ));
-            continue;
-        }
-        if frozen(&dir, n)? {
-            out.push(format!(
-                "node {}: frozen (its qdiscs cannot be read)",
-                n.name()
-            ));
-            continue;
-        }
-        let q = sh(lab, n, &format!("tc qdisc show dev {IFACE}"))?;
-        let active: Vec<String> = q
-            .lines()
-            .filter(|l| l.starts_with("qdisc netem"))
-            .map(|l| {
-                let roce = if l.contains("parent 1:3") {
-                    "RoCE only"
-                } else {
-                    "everything (partition)"
-                };
-                let params = l
-                    .split_once("limit ")
-                    .map(|(_, r)| r.split_once(' ').map(|x| x.1).unwrap_or(""))
-                    .unwrap_or("");
-                format!("netem {} on {roce}", without_seed(params))
-            })
-            .collect();
-        out.push(if active.is_empty() {
-            format!("node {}: running, no fault", n.name())
+    for node in Node::ALL {
+        let state = if crate::testbed::killed_marker(&dir, node).exists() {
+            NodeState::Killed
+        } else if frozen(&dir, node)? {
+            NodeState::Frozen
         } else {
-            format!("node {}: running, {}", n.name(), active.join("; "))
-        });
+            let q = sh(lab, node, &format!("tc qdisc show dev {IFACE}"))?;
+            NodeState::Running(netem_qdiscs(&q))
+        };
+        out.push(NodeFault { node, state });
     }
     Ok(out)
 }
@@ -406,9 +464,9 @@ fn without_seed(params: &str) -> String {
     out.join(" ")
 }
 
-/// Is anything active (a netem qdisc on either node, a frozen node)?
+/// Is anything active (a netem qdisc on either node, a frozen or killed node)?
 pub fn any_active(lab: &Testbed) -> Result<bool> {
-    Ok(status(lab)?.iter().any(|l| !l.ends_with("no fault")))
+    Ok(status(lab)?.iter().any(NodeFault::active))
 }
 
 /// Clears every fault when dropped (a test that panics leaves nothing behind).
@@ -438,6 +496,53 @@ mod tests {
         assert_eq!(
             without_seed(" delay 10ms  2ms seed 7 reorder 25% "),
             "delay 10ms 2ms reorder 25%"
+        );
+    }
+
+    #[test]
+    fn status_lines_are_read_from_tc_and_printed_as_before() {
+        // `tc qdisc show dev eth0` with an impairment (iproute2 6.15 prints netem's seed).
+        let roce = "qdisc prio 1: root refcnt 2 bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1\n\
+                    qdisc netem 30: parent 1:3 limit 100000 loss 5% seed 77 delay 10ms\n";
+        let partition = "qdisc netem 1: root refcnt 2 limit 100000 loss 100%\n";
+        let clean = "qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024\n";
+        let fault = |node, state| NodeFault { node, state };
+        let cases = [
+            (
+                fault(Node::A, NodeState::Running(netem_qdiscs(roce))),
+                "node a: running, netem loss 5% delay 10ms on RoCE only",
+                true,
+            ),
+            (
+                fault(Node::B, NodeState::Running(netem_qdiscs(partition))),
+                "node b: running, netem loss 100% on everything (partition)",
+                true,
+            ),
+            (
+                fault(Node::A, NodeState::Running(netem_qdiscs(clean))),
+                "node a: running, no fault",
+                false,
+            ),
+            (
+                fault(Node::B, NodeState::Frozen),
+                "node b: frozen (its qdiscs cannot be read)",
+                true,
+            ),
+            (
+                fault(Node::A, NodeState::Killed),
+                "node a: killed (`cargo lab fault restart a`, or `clear`)",
+                true,
+            ),
+        ];
+        for (f, line, active) in cases {
+            assert_eq!(f.to_string(), line);
+            assert_eq!(f.active(), active, "{line}");
+        }
+        let two = NodeState::Running(netem_qdiscs(&format!("{roce}{partition}")));
+        assert_eq!(
+            fault(Node::A, two).to_string(),
+            "node a: running, netem loss 5% delay 10ms on RoCE only; \
+             netem loss 100% on everything (partition)"
         );
     }
 
