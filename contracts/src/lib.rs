@@ -8,12 +8,16 @@
 //! - [`Node`] and [`Topology`]: the nodes of a lab and their names (`a`, `b`), the topologies
 //!   (`loopback`, `pair`);
 //! - [`host`]: the requests a program sends to the lab's host (`freeze a`, `trace stop` ...)
-//!   and the host's replies (`ok N` or `err N`, a newline, then N bytes of text).
+//!   and the host's replies (`ok N` or `err N`, a newline, then N bytes of text);
+//! - [`proto`]: the framed protocol between the host and the agent in each VM.
 //!
-//! std only, and nothing here links libibverbs: every crate of the workspace may use it.
+//! std only, and nothing here links libibverbs: every crate of the workspace may use it. The
+//! guest agent is built without cargo (harness/build.rs runs `$RUSTC` on this crate, then on
+//! the agent with this crate as its one dependency), so this crate takes no dependencies.
 
 pub mod host;
 mod node;
+pub mod proto;
 
 pub use host::{HostReply, HostRequest, ParseReplyError, ParseRequestError, ReplyHead};
 pub use node::{Node, ParseNodeError, ParseTopologyError, Topology};

@@ -1,28 +1,28 @@
 //! lab-agent: the harness's agent inside the lab VM.
 //!
-//! Built by harness/build.rs with `$RUSTC` alone (std only, static, no crates) and dropped into
-//! the initramfs. The VM's init script execs it (`--guest`) chrooted into the overlay of the
+//! Built by harness/build.rs with `$RUSTC` alone (std only, static, its one crate the
+//! workspace's std-only `contracts`) and dropped into the initramfs. The VM's init script execs it (`--guest`) chrooted into the overlay of the
 //! host's root. It then
 //!  1. sets up the lab network and the rxe device (docs/conventions.md §2) and waits until the
 //!     RoCE v2 GID (`::ffff:a.b.c.d`) shows in the GID table, with a deadline;
-//!  2. serves the protocol of harness/src/proto.rs on the virtio-serial port named `lab.agent`:
+//!  2. serves the protocol of contracts/src/proto.rs on the virtio-serial port named `lab.agent`:
 //!     runs commands, streams their output, reports exit statuses, answers `Ping` with `Ready`;
 //!  3. passes requests of programs in the guest to the lab's owner on the host: a program
 //!     connects to the unix socket `$LAB_HOST` ([`HOST_SOCK`]), writes one line ("freeze a")
-//!     and reads `ok N` or `err N`, a newline, then N bytes of text (lab::host is the client).
+//!     and reads a `contracts::HostReply`: `ok N` or `err N`, a newline, then N bytes of text
+//!     (lab::host is the client).
 //!
 //! `lab-agent --stdio` serves the same protocol on stdin/stdout without any setup, so the
 //! host's tests exercise it without a VM.
 
 #![allow(dead_code)]
 
-mod proto {
-    include!("../src/proto.rs");
-}
+use contracts::proto;
 mod runner {
     include!("../src/runner.rs");
 }
 
+use contracts::HostReply;
 use proto::{Reply, Request};
 use runner::{Runner, Sink};
 use std::collections::HashMap;
@@ -58,10 +58,8 @@ fn desk() -> &'static HostDesk {
     })
 }
 
-fn answer(mut s: UnixStream, ok: bool, text: &str) {
-    let head = format!("{} {}\n", if ok { "ok" } else { "err" }, text.len());
-    let _ = s.write_all(head.as_bytes());
-    let _ = s.write_all(text.as_bytes());
+fn answer(mut s: UnixStream, reply: HostReply) {
+    let _ = s.write_all(reply.to_string().as_bytes());
 }
 
 /// Serves `HOST_SOCK`: each connection sends one line, which goes to the host as
@@ -88,8 +86,9 @@ fn serve_host_requests() -> Result<(), String> {
                 let (Some(sink), Ok(keep)) = (sink, s.try_clone()) else {
                     answer(
                         s,
-                        false,
-                        "the lab's host is not connected to this VM's agent",
+                        HostReply::Refused(
+                            "the lab's host is not connected to this VM's agent".into(),
+                        ),
                     );
                     return;
                 };
@@ -174,7 +173,7 @@ fn serve(
             Request::HostAnswer { id, ok, text } => {
                 let waiting = desk().pending.lock().unwrap().remove(&id);
                 if let Some(s) = waiting {
-                    answer(s, ok, &text);
+                    answer(s, HostReply::of(if ok { Ok(text) } else { Err(text) }));
                 }
             }
             // The agent owns nothing a host request could act on.

@@ -28,8 +28,8 @@ pub mod doc_commands;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_fetch;
-/// The host <-> agent wire protocol (std only; shared with the guest agent via `include!`).
-pub mod proto;
+/// The host <-> agent wire protocol (std only; the guest agent is built with it too).
+pub use contracts::proto;
 pub mod redact;
 /// Runs commands with the protocol's semantics (std only; shared with the guest agent).
 pub mod runner;

@@ -1,5 +1,6 @@
-// Runs commands for the protocol in proto.rs: the guest agent uses it inside the VM, the native
-// provider on the host. std only (the agent `include!`s this file after proto.rs).
+// Runs commands for the protocol in contracts/src/proto.rs: the guest agent uses it inside the
+// VM, the native provider on the host. std only (the agent `include!`s this file; its
+// `crate::proto` is the contracts crate's).
 //
 // Each command gets its own process group (so a kill or a timeout takes its children too),
 // stdin closed (or, if its request asks, fed by `Runner::stdin` through a writer thread that

@@ -1,5 +1,5 @@
-// The host <-> guest agent protocol. std only: this file is also compiled into the guest agent
-// (harness/agent/agent.rs `include!`s it), so it uses no crates and no inner attributes.
+// The host <-> guest agent protocol. std only: harness/build.rs compiles this crate with
+// `$RUSTC` alone into the guest agent as well.
 //
 // A frame is `u32 length (little endian) | u8 tag | body`, the length counting tag + body.
 // Integers are little endian; strings and byte strings are `u32 length | bytes`.
@@ -10,8 +10,8 @@
 // the command's id. A command's stdin is closed unless its Run asked for it.
 //
 // Requests to the lab's owner (the process that runs the VMs), either way: `Host { id, line }`
-// asks for something only the host can do ("freeze a", "kill b", "restart b": see
-// testbed/owner.rs), and `HostAnswer { id, ok, text }` answers it. A program in the guest asks
+// asks for something only the host can do (a `HostRequest` as text: "freeze a", "kill b",
+// "restart b"), and `HostAnswer { id, ok, text }` answers it. A program in the guest asks
 // through the agent (the agent's socket, `$LAB_HOST`); `cargo lab fault` asks a lab daemon
 // through its relay.
 
