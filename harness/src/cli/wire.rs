@@ -93,7 +93,7 @@ fn names(nodes: &[Node]) -> String {
 fn nodes_of(n: Option<Node>) -> Vec<Node> {
     match n {
         Some(n) => vec![n],
-        None => vec![Node::A, Node::B],
+        None => Node::ALL.to_vec(),
     }
 }
 
@@ -162,7 +162,7 @@ pub(super) fn fault(
             }
         }
         "status" => {
-            let frozen: Vec<Node> = [Node::A, Node::B]
+            let frozen: Vec<Node> = Node::ALL
                 .into_iter()
                 .filter(|&n| f::frozen(&dir, n).unwrap_or(false))
                 .collect();

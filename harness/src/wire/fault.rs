@@ -315,7 +315,7 @@ pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
 /// on purpose has no monitor until its restart.)
 pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
     let mut out = vec![];
-    for n in [Node::A, Node::B] {
+    for n in Node::ALL {
         if crate::testbed::killed_marker(dir, n).exists() {
             continue;
         }
@@ -331,13 +331,13 @@ pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
 pub fn clear(lab: &Testbed) -> Result<()> {
     let dir = lab_dir(lab)?;
     // A node killed on purpose comes back first (its qdiscs went with it).
-    for n in [Node::A, Node::B] {
+    for n in Node::ALL {
         if crate::testbed::killed_marker(&dir, n).exists() {
             lab.host(HostRequest::Restart(n))?;
         }
     }
     thaw_all(&dir)?;
-    apply(lab, &Faults::default(), &[Node::A, Node::B])
+    apply(lab, &Faults::default(), &Node::ALL)
 }
 
 /// One netem qdisc found on a node.
