@@ -1,5 +1,5 @@
 //! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine,
-//! the one build).
+//! the one build of the chapters' binaries).
 
 use super::*;
 
@@ -123,39 +123,53 @@ pub(super) fn prepare_checkers() -> Result<()> {
     Ok(())
 }
 
-/// The one build every command shares: `cargo test --workspace --no-run`, exactly what
-/// `cargo lab test` builds (its `cargo test --workspace`). `run`, `tour` and `test` thus build the
-/// same package selection with the same features: switching between them rebuilds nothing, and
-/// `target/debug/<chapter>` never flips between two differently-featured artifacts (which a
-/// `cargo build -p <chapter>` next to a `cargo test --workspace` does: features unify
-/// differently). Cargo's progress is shown; returns package -> executable for `pkgs`.
+/// The cargo command of the one build `run`, `tour` and `build` share: the chapters' binaries
+/// (`pkgs`, each chapter's binary is named as its package) and nothing else, not the ~100 test
+/// binaries `cargo lab test` builds. `--workspace` and `--examples` (the workspace has none:
+/// it builds nothing, but as a target that needs dev-dependencies it makes cargo resolve
+/// features with them) make cargo resolve features exactly as `cargo test --workspace` does, so
+/// each chapter binary is the very artifact `cargo lab test` builds: switching between the
+/// commands compiles nothing, and `target/debug/<chapter>` never flips between two
+/// differently-featured artifacts (which `cargo build -p <chapter>` next to `cargo test
+/// --workspace` does: features unify differently).
+pub(super) fn build_args(pkgs: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = ["build", "--workspace", "--examples"]
+        .map(String::from)
+        .to_vec();
+    for p in pkgs {
+        a.push("--bin".into());
+        a.push(p.to_string());
+    }
+    a.push("--message-format=json-render-diagnostics".into());
+    a
+}
+
+/// Builds the chapters' binaries (`pkgs`) with [`build_args`]; cargo's progress is shown.
+/// Returns package -> executable, from cargo's report of the artifacts it just built or found
+/// fresh: what runs in the lab is exactly that file.
 pub(super) fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let root = root()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let args = build_args(pkgs);
+    let shown = args[..args.len() - 1].join(" ");
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root).args([
-        "test",
-        "--workspace",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
-    eprintln!("building (cargo test --workspace --no-run) ...");
+    cmd.current_dir(&root).args(&args);
+    eprintln!("building the chapters (cargo {shown}) ...");
     let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo test --no-run")?;
+        .context("running cargo build")?;
     if !out.status.success() {
         bail!(
-            "`cargo test --workspace --no-run` failed (see the errors above); if rdma-sys failed \
-             to build, `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang \
-             (LIBCLANG_PATH)"
+            "`cargo {shown}` failed (see the errors above); if rdma-sys failed to build, `cargo \
+             lab doctor` checks libibverbs-dev, pkg-config and libclang (LIBCLANG_PATH)"
         );
     }
     let exes = chapter_executables(&String::from_utf8_lossy(&out.stdout));
     for p in pkgs {
         if !exes.iter().any(|(n, _)| n == p) {
-            bail!("cargo built the workspace but reported no binary named {p}");
+            bail!("cargo built the chapters but reported no binary named {p}");
         }
     }
     Ok(exes)
@@ -237,8 +251,17 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
 
 pub(super) fn build_cmd() -> Result<i32> {
     let (course, root) = Course::load()?;
+    let pkgs: Vec<&str> = course
+        .chapters
+        .iter()
+        .filter(|c| missing_chapter(c, &root).is_none())
+        .map(|c| c.package.as_str())
+        .collect();
+    if pkgs.is_empty() {
+        return Ok(0);
+    }
     prepare("build")?;
-    let exes = build(&[])?;
+    let exes = build(&pkgs)?;
     for ch in &course.chapters {
         if let Some((_, exe)) = exes.iter().find(|(n, _)| *n == ch.package) {
             let shown = Path::new(exe).strip_prefix(&root).unwrap_or(Path::new(exe));
@@ -281,7 +304,8 @@ pub(super) fn tour() -> Result<i32> {
         let lab = &labs.iter().find(|(lt, _)| *lt == t).unwrap().1;
         let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
         let t0 = Instant::now();
-        let verdict = match run_built(lab, ch, exe, &[]) {
+        let args: Vec<&str> = ch.tour_args().iter().map(String::as_str).collect();
+        let verdict = match run_built(lab, ch, exe, &args) {
             Ok(tr) if tr.success() => "ok".to_string(),
             Ok(tr) => format!(
                 "FAILED ({})",
@@ -297,6 +321,9 @@ pub(super) fn tour() -> Result<i32> {
             }
         };
         rows.push((ch, verdict, t0.elapsed()));
+        if let Some(note) = ch.tour_note() {
+            println!("   {note}");
+        }
     }
     println!(
         "\n{:<3} {:<24} {:<9} {:>7}  result",
