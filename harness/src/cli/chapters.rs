@@ -23,6 +23,13 @@ pub(super) fn list() -> Result<i32> {
         if !ch.defaults.is_empty() {
             println!("{pad} defaults: {}", ch.defaults.join(" "));
         }
+        if let Some(t) = &ch.tour {
+            println!(
+                "{pad} the tour runs: cargo lab run {} -- {}",
+                ch.number,
+                t.join(" ")
+            );
+        }
         for e in &ch.examples {
             println!(
                 "{pad} try: cargo lab run {} -- {}   ({})",
