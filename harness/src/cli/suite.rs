@@ -172,13 +172,16 @@ pub(super) struct BinaryTime {
 
 /// Every test binary of a `cargo test` run with its time: cargo prints `Running <what>
 /// (<executable>)` or `Doc-tests <crate>` before each binary, and libtest ends each with `test
-/// result: ... finished in 1.23s`. libtest on stable Rust times nothing finer than the binary.
+/// result: ... finished in 1.23s` (merged doc tests then say `all doctests ran in 1.5s`,
+/// their compilation included: that is their time). libtest on stable Rust times nothing finer
+/// than the binary.
 /// Colour codes and progress lines (`\r`) are ignored; a binary that ended without its result
 /// line (killed, crashed) is left out.
 pub(super) fn binary_times(text: &str) -> Vec<BinaryTime> {
     let ansi = regex::Regex::new(r"\x1b\[[0-9;?]*[A-Za-z]").unwrap();
     let finished = regex::Regex::new(r"finished in ([0-9]+(?:\.[0-9]+)?)s").unwrap();
     let running_n = regex::Regex::new(r"^running ([0-9]+) tests?$").unwrap();
+    let all_doctests = regex::Regex::new(r"^all doctests ran in ([0-9]+(?:\.[0-9]+)?)s").unwrap();
     let mut out = vec![];
     let mut current: Option<BinaryTime> = None;
     for raw in text.lines() {
@@ -214,6 +217,12 @@ pub(super) fn binary_times(text: &str) -> Vec<BinaryTime> {
         {
             b.secs = c[1].parse().unwrap_or(0.0);
             out.push(b);
+        } else if let Some(c) = all_doctests.captures(line)
+            && let Some(b) = out.last_mut()
+            && b.exe.is_none()
+        {
+            // Merged doc tests (edition 2024): their compilation counts too.
+            b.secs = c[1].parse().unwrap_or(b.secs);
         }
     }
     out
@@ -302,9 +311,11 @@ mod tests {
     use super::{BinaryTime, binary_times, cargo_test_args, slowest_lines};
     use std::path::Path;
 
-    /// `cargo test` output as `cargo lab test` reads it (stdout and stderr in one pipe), cut
-    /// down: cargo's statuses in colour (our stdout was a terminal), a binary with a test
-    /// libtest warned about, a failed binary, one killed before its result line, doc tests.
+    /// `cargo test` output as `cargo lab test` reads it (stdout and stderr in one pipe), in the
+    /// form cargo 1.95 and its libtest print it (captured with `CARGO_TERM_COLOR=always`), cut
+    /// down and renamed: cargo's statuses in colour (our stdout was a terminal), a binary with
+    /// a test libtest warned about, a failed binary, one killed before its result line, merged
+    /// doc tests.
     const SAMPLE: &str = "\x1b[1m\x1b[92m   Compiling\x1b[0m lab v0.1.0 (/work/rxe-lab/lab)
 \x1b[1m\x1b[92m    Finished\x1b[0m `test` profile [optimized + debuginfo] target(s) in 41.07s
 \x1b[1m\x1b[92m     Running\x1b[0m unittests src/lib.rs (target/debug/deps/harness-3f1c0a9b7d2e4c11)
@@ -346,7 +357,9 @@ Caused by:
 
 running 4 tests
 test lab/src/lib.rs - (line 12) ... ok
-\rtest result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1s
+\rtest result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+all doctests ran in 1.00s; merged doctests compilation took 0.98s
 ";
 
     #[test]
@@ -410,9 +423,12 @@ test lab/src/lib.rs - (line 12) ... ok
         let root = dir.path().display().to_string();
         std::fs::write(
             deps.join("e2e-9a8b7c6d5e4f3a21.d"),
+            // As cargo writes it for a workspace member: sources relative to the workspace.
             format!(
-                "{root}/target/debug/deps/e2e-9a8b7c6d5e4f3a21: \
-                 {root}/chapters/06-pingpong/tests/e2e.rs {root}/chapters/06-pingpong/tests/x.rs\n"
+                "{root}/target/debug/deps/e2e-9a8b7c6d5e4f3a21.d: \
+                 chapters/06-pingpong/tests/e2e.rs chapters/06-pingpong/tests/x.rs\n\n\
+                 {root}/target/debug/deps/e2e-9a8b7c6d5e4f3a21: \
+                 chapters/06-pingpong/tests/e2e.rs chapters/06-pingpong/tests/x.rs\n"
             ),
         )
         .unwrap();
