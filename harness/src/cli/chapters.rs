@@ -1,5 +1,5 @@
 //! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine,
-//! the one build of the chapters' binaries).
+//! the builds).
 
 use super::*;
 
@@ -130,43 +130,56 @@ pub(super) fn prepare_checkers() -> Result<()> {
     Ok(())
 }
 
-/// The cargo command of the one build `run`, `tour` and `build` share: the chapters' binaries
-/// (`pkgs`, each chapter's binary is named as its package) and nothing else, not the ~100 test
-/// binaries `cargo lab test` builds. `--workspace` and `--examples` (the workspace has none:
-/// it builds nothing, but as a target that needs dev-dependencies it makes cargo resolve
-/// features with them) make cargo resolve features exactly as `cargo test --workspace` does, so
-/// each chapter binary is the very artifact `cargo lab test` builds: switching between the
-/// commands compiles nothing, and `target/debug/<chapter>` never flips between two
-/// differently-featured artifacts (which `cargo build -p <chapter>` next to `cargo test
-/// --workspace` does: features unify differently).
-pub(super) fn build_args(pkgs: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = ["build", "--workspace", "--examples"]
-        .map(String::from)
-        .to_vec();
-    for p in pkgs {
-        a.push("--bin".into());
-        a.push(p.to_string());
-    }
+/// The cargo command of a build, as its arguments: `Suite` is the one build `run`, `build`
+/// and `test` share, `cargo test --workspace --no-run`, exactly what `cargo lab test` builds
+/// (its `cargo test --workspace`): switching between them rebuilds nothing, and
+/// `target/debug/<chapter>` never flips between two differently-featured artifacts (which a
+/// `cargo build -p <chapter>` next to a `cargo test --workspace` does: features unify
+/// differently). `Chapters` is the tour's: `cargo build --package <chapter> ...`, the chapters'
+/// binaries and nothing else, not the 63 test binaries and their dev-dependencies, so that the
+/// first tour on a fresh machine starts sooner; its artifacts are its own (features unified over
+/// the chapters alone), so after it `run` or `test` links `target/debug/<chapter>` again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Build {
+    Suite,
+    Chapters,
+}
+
+pub(super) fn build_args(how: Build, pkgs: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = match how {
+        Build::Suite => ["test", "--workspace", "--no-run"]
+            .map(String::from)
+            .to_vec(),
+        Build::Chapters => {
+            let mut a = vec!["build".to_string()];
+            for p in pkgs {
+                a.push("--package".into());
+                a.push(p.to_string());
+            }
+            a
+        }
+    };
     a.push("--message-format=json-render-diagnostics".into());
     a
 }
 
-/// Builds the chapters' binaries (`pkgs`) with [`build_args`]; cargo's progress is shown.
-/// Returns package -> executable, from cargo's report of the artifacts it just built or found
-/// fresh: what runs in the lab is exactly that file.
-pub(super) fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
+/// Builds with [`build_args`]; cargo's progress is shown. Returns package -> executable for
+/// every chapter binary, from cargo's report of the artifacts it just built or found fresh:
+/// what runs in the lab is exactly that file, whichever artifact `target/debug/<chapter>` was
+/// before.
+pub(super) fn build(how: Build, pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let root = root()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let args = build_args(pkgs);
+    let args = build_args(how, pkgs);
     let shown = args[..args.len() - 1].join(" ");
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root).args(&args);
-    eprintln!("building the chapters (cargo {shown}) ...");
+    eprintln!("building (cargo {shown}) ...");
     let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo build")?;
+        .with_context(|| format!("running cargo {shown}"))?;
     if !out.status.success() {
         bail!(
             "`cargo {shown}` failed (see the errors above); if rdma-sys failed to build, `cargo \
@@ -176,7 +189,7 @@ pub(super) fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let exes = chapter_executables(&String::from_utf8_lossy(&out.stdout));
     for p in pkgs {
         if !exes.iter().any(|(n, _)| n == p) {
-            bail!("cargo built the chapters but reported no binary named {p}");
+            bail!("`cargo {shown}` reported no binary named {p}");
         }
     }
     Ok(exes)
@@ -233,7 +246,7 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
         bail!("{m}");
     }
     prepare("run")?;
-    let exes = build(&[&ch.package])?;
+    let exes = build(Build::Suite, &[&ch.package])?;
     let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     if let Some(file) = trace {
@@ -258,17 +271,8 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
 
 pub(super) fn build_cmd() -> Result<i32> {
     let (course, root) = Course::load()?;
-    let pkgs: Vec<&str> = course
-        .chapters
-        .iter()
-        .filter(|c| missing_chapter(c, &root).is_none())
-        .map(|c| c.package.as_str())
-        .collect();
-    if pkgs.is_empty() {
-        return Ok(0);
-    }
     prepare("build")?;
-    let exes = build(&pkgs)?;
+    let exes = build(Build::Suite, &[])?;
     for ch in &course.chapters {
         if let Some((_, exe)) = exes.iter().find(|(n, _)| *n == ch.package) {
             let shown = Path::new(exe).strip_prefix(&root).unwrap_or(Path::new(exe));
@@ -290,7 +294,7 @@ pub(super) fn tour() -> Result<i32> {
     let exes = if pkgs.is_empty() {
         vec![]
     } else {
-        build(&pkgs)?
+        build(Build::Chapters, &pkgs)?
     };
     let mut labs: Vec<(Topology, Testbed)> = vec![];
     let mut rows = vec![];
