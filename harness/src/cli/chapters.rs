@@ -357,3 +357,32 @@ pub(super) fn tour() -> Result<i32> {
     println!("\n{} of {} chapters ok", rows.len() - bad, rows.len());
     Ok(if bad == 0 { 0 } else { 1 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Build, build_args};
+
+    #[test]
+    fn the_tour_builds_the_chapters_alone_and_run_the_suites_build() {
+        assert_eq!(
+            build_args(Build::Suite, &["ch06-pingpong"]),
+            [
+                "test",
+                "--workspace",
+                "--no-run",
+                "--message-format=json-render-diagnostics"
+            ]
+        );
+        assert_eq!(
+            build_args(Build::Chapters, &["ch01-devices", "ch06-pingpong"]),
+            [
+                "build",
+                "--package",
+                "ch01-devices",
+                "--package",
+                "ch06-pingpong",
+                "--message-format=json-render-diagnostics"
+            ]
+        );
+    }
+}
