@@ -28,6 +28,10 @@ pub struct Chapter {
     /// The runs the chapter's docs suggest (`cargo lab run NN -- <args>`).
     #[serde(default, rename = "example")]
     pub examples: Vec<Example>,
+    /// What `cargo lab tour` runs instead of the defaults: the args of one of the `examples`
+    /// (chapter 11's `--quick`); after it the tour names the full run, `cargo lab run NN`.
+    #[serde(default)]
+    pub tour: Option<Vec<String>>,
     pub single: Option<RoleSpec>,
     pub server: Option<RoleSpec>,
     pub client: Option<RoleSpec>,
@@ -87,6 +91,15 @@ impl Course {
                     ch.number
                 ),
             }
+            if let Some(t) = &ch.tour
+                && !ch.examples.iter().any(|e| e.args == *t)
+            {
+                bail!(
+                    "chapters/course.toml: chapter {}: tour = {t:?} is none of its examples' \
+                     args (the tour runs a documented form)",
+                    ch.number
+                );
+            }
         }
         Ok(c)
     }
@@ -123,6 +136,23 @@ impl Chapter {
                 self.number
             ),
         }
+    }
+
+    /// The arguments `cargo lab tour` gives the chapter: its `tour` args, else none (the
+    /// defaults).
+    pub fn tour_args(&self) -> &[String] {
+        self.tour.as_deref().unwrap_or(&[])
+    }
+
+    /// The line `cargo lab tour` prints after a chapter it ran in a shorter form than `cargo lab
+    /// run NN` (chapter 11: `--quick`): the command of the full run. None for the others.
+    pub fn tour_note(&self) -> Option<String> {
+        let t = self.tour.as_ref()?;
+        Some(format!(
+            "the tour ran `cargo lab run {n} -- {}`; the full run: `cargo lab run {n}`",
+            t.join(" "),
+            n = self.number
+        ))
     }
 
     /// The chapter's directory (`chapters/<number>-<slug>`), derived from the package name.
@@ -249,6 +279,32 @@ args = ["-g", "1", "{server}"]
             assert_eq!(ch.number.len(), 2, "{}", ch.package);
             assert!(ch.package.starts_with(&format!("ch{}-", ch.number)));
         }
+    }
+
+    #[test]
+    fn the_tour_runs_one_of_the_examples_and_names_the_full_run() {
+        let c = Course::parse(&TOML.replace(
+            "defaults = [\"-n\", \"100\"]",
+            "defaults = [\"-n\", \"100\"]\ntour = [\"-e\"]",
+        ))
+        .unwrap();
+        let ch = c.find("06").unwrap();
+        assert_eq!(ch.tour_args(), ["-e"]);
+        assert_eq!(
+            ch.tour_note().unwrap(),
+            "the tour ran `cargo lab run 06 -- -e`; the full run: `cargo lab run 06`"
+        );
+        assert!(c.find("01").unwrap().tour_args().is_empty());
+        assert_eq!(c.find("01").unwrap().tour_note(), None);
+        let bad = TOML.replace(
+            "defaults = [\"-n\", \"100\"]",
+            "defaults = [\"-n\", \"100\"]\ntour = [\"--quick\"]",
+        );
+        let e = format!("{:#}", Course::parse(&bad).unwrap_err());
+        assert!(e.contains("none of its examples"), "{e}");
+        // The real course: chapter 11's tour is its quick form.
+        let (real, _) = Course::load().unwrap();
+        assert_eq!(real.find("11").unwrap().tour_args(), ["--quick"]);
     }
 
     #[test]

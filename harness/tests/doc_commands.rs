@@ -18,6 +18,9 @@
 //!   and builds exactly what the suite built.
 //! - `cargo lab bench --runs 5` (the boot figures) runs as `cargo lab bench --runs 1`;
 //! - a line marked `# tested as: <command>` runs `<command>` (the text says why where it is).
+//!
+//! One output is checked beyond its exit status: the tour's names the full run of each chapter
+//! it runs in a shorter form (chapter 11's `--quick`), and that command is itself documented.
 
 use harness::course::{Course, workspace_root};
 use harness::doc_commands::{DocCommand, Expect, Kind, collect, collect_repo};
@@ -265,6 +268,10 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
                 let (code, out) = finish(child, limit(c));
                 if let Err(e) = judge(c, code, &out, t0.elapsed()) {
                     failures.push(e);
+                } else if c.subcommand() == "tour"
+                    && let Err(e) = tour_names_the_full_runs(&out)
+                {
+                    failures.push(format!("{}: `{}`: {e}", c.place, c.shown));
                 }
             }
             Err(e) => failures.push(e),
@@ -273,6 +280,23 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
         i += 1;
     }
     failures
+}
+
+/// The tour runs some chapters in a shorter form (chapter 11: `--quick`, its `tour` in
+/// course.toml) and then names the full run: its output holds each such chapter's note.
+fn tour_names_the_full_runs(out: &str) -> Result<(), String> {
+    let (course, _) = Course::load().map_err(|e| format!("{e:#}"))?;
+    let missing: Vec<String> = course
+        .chapters
+        .iter()
+        .filter_map(|ch| ch.tour_note())
+        .filter(|n| !out.contains(n.as_str()))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the tour's output lacks {missing:?}\n{out}"))
+    }
 }
 
 /// The commands to run: the repository's, each distinct one once (the first place it is
@@ -382,6 +406,22 @@ fn the_docs_are_well_formed() {
                 "{}: `{}`: not among chapter {}'s examples in chapters/course.toml (add a \
                  [[chapter.example]] with args = {:?})",
                 c.place, c.shown, ch.number, args
+            ));
+        }
+    }
+    // The full run the tour names after a chapter it ran in short (`cargo lab run 11`) is a
+    // documented, tested command.
+    for ch in &course.chapters {
+        let Some(note) = ch.tour_note() else { continue };
+        let full = format!("cargo lab run {}", ch.number);
+        if !cmds
+            .iter()
+            .any(|c| c.kind != Kind::Synopsis && c.shown == full)
+        {
+            bad.push(format!(
+                "chapters/course.toml: chapter {}: the tour prints {note:?}, but no README or //! \
+                 header shows `{full}`",
+                ch.number
             ));
         }
     }

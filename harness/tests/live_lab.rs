@@ -9,9 +9,11 @@
 //!   dentries and pages, so without the agent's cache drop such a run maps a mix of old and new
 //!   pages. The program carries 4 MiB of data that differs per build and checks it, so a mix is
 //!   caught, not just a crash.
-//! - `switching_commands_rebuilds_nothing`: `cargo lab run`, `tour`, `build` and `test` share
-//!   one build, so after the suite's own build (`cargo lab test`) a `cargo lab run 06` compiles
-//!   nothing, and the suite's build after it compiles nothing either.
+//! - `switching_commands_rebuilds_nothing`: `cargo lab run`, `build` and `test` share one
+//!   build, so after the suite's own build (`cargo lab test`) a `cargo lab run 06` compiles
+//!   nothing, and the suite's build after it compiles nothing either. (`tour` builds the
+//!   chapters alone, artifacts of its own: a run after it links `target/debug/<chapter>` again,
+//!   which the test above covers.)
 
 use harness::Topology;
 use harness::course::workspace_root;

@@ -47,7 +47,7 @@ pub(super) fn book(
         }
     }
     prepare("book")?;
-    let exes = build(&["rxe-lab-book"])?;
+    let exes = build(Build::Suite, &["rxe-lab-book"])?;
     let exe = &exes.iter().find(|(n, _)| n == "rxe-lab-book").unwrap().1;
     let out = out.unwrap_or_else(|| root.join("target/book"));
     let mut cmd = Command::new(exe);

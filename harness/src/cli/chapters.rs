@@ -1,5 +1,5 @@
 //! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine,
-//! the one build).
+//! the builds).
 
 use super::*;
 
@@ -22,6 +22,13 @@ pub(super) fn list() -> Result<i32> {
         }
         if !ch.defaults.is_empty() {
             println!("{pad} defaults: {}", ch.defaults.join(" "));
+        }
+        if let Some(t) = &ch.tour {
+            println!(
+                "{pad} the tour runs: cargo lab run {} -- {}",
+                ch.number,
+                t.join(" ")
+            );
         }
         for e in &ch.examples {
             println!(
@@ -123,39 +130,66 @@ pub(super) fn prepare_checkers() -> Result<()> {
     Ok(())
 }
 
-/// The one build every command shares: `cargo test --workspace --no-run`, exactly what
-/// `cargo lab test` builds (its `cargo test --workspace`). `run`, `tour` and `test` thus build the
-/// same package selection with the same features: switching between them rebuilds nothing, and
+/// The cargo command of a build, as its arguments: `Suite` is the one build `run`, `build`
+/// and `test` share, `cargo test --workspace --no-run`, exactly what `cargo lab test` builds
+/// (its `cargo test --workspace`): switching between them rebuilds nothing, and
 /// `target/debug/<chapter>` never flips between two differently-featured artifacts (which a
 /// `cargo build -p <chapter>` next to a `cargo test --workspace` does: features unify
-/// differently). Cargo's progress is shown; returns package -> executable for `pkgs`.
-pub(super) fn build(pkgs: &[&str]) -> Result<Vec<(String, String)>> {
+/// differently). `Chapters` is the tour's: `cargo build --package <chapter> ...`, the chapters'
+/// binaries and nothing else, not the 63 test binaries and their dev-dependencies, so that the
+/// first tour on a fresh machine starts sooner; its artifacts are its own (features unified over
+/// the chapters alone), so after it `run` or `test` links `target/debug/<chapter>` again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Build {
+    Suite,
+    Chapters,
+}
+
+pub(super) fn build_args(how: Build, pkgs: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = match how {
+        Build::Suite => ["test", "--workspace", "--no-run"]
+            .map(String::from)
+            .to_vec(),
+        Build::Chapters => {
+            let mut a = vec!["build".to_string()];
+            for p in pkgs {
+                a.push("--package".into());
+                a.push(p.to_string());
+            }
+            a
+        }
+    };
+    a.push("--message-format=json-render-diagnostics".into());
+    a
+}
+
+/// Builds with [`build_args`]; cargo's progress is shown. Returns package -> executable for
+/// every chapter binary, from cargo's report of the artifacts it just built or found fresh:
+/// what runs in the lab is exactly that file, whichever artifact `target/debug/<chapter>` was
+/// before.
+pub(super) fn build(how: Build, pkgs: &[&str]) -> Result<Vec<(String, String)>> {
     let root = root()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let args = build_args(how, pkgs);
+    let shown = args[..args.len() - 1].join(" ");
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root).args([
-        "test",
-        "--workspace",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
-    eprintln!("building (cargo test --workspace --no-run) ...");
+    cmd.current_dir(&root).args(&args);
+    eprintln!("building (cargo {shown}) ...");
     let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo test --no-run")?;
+        .with_context(|| format!("running cargo {shown}"))?;
     if !out.status.success() {
         bail!(
-            "`cargo test --workspace --no-run` failed (see the errors above); if rdma-sys failed \
-             to build, `cargo lab doctor` checks libibverbs-dev, pkg-config and libclang \
-             (LIBCLANG_PATH)"
+            "`cargo {shown}` failed (see the errors above); if rdma-sys failed to build, `cargo \
+             lab doctor` checks libibverbs-dev, pkg-config and libclang (LIBCLANG_PATH)"
         );
     }
     let exes = chapter_executables(&String::from_utf8_lossy(&out.stdout));
     for p in pkgs {
         if !exes.iter().any(|(n, _)| n == p) {
-            bail!("cargo built the workspace but reported no binary named {p}");
+            bail!("`cargo {shown}` reported no binary named {p}");
         }
     }
     Ok(exes)
@@ -212,7 +246,7 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
         bail!("{m}");
     }
     prepare("run")?;
-    let exes = build(&[&ch.package])?;
+    let exes = build(Build::Suite, &[&ch.package])?;
     let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     if let Some(file) = trace {
@@ -238,7 +272,7 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
 pub(super) fn build_cmd() -> Result<i32> {
     let (course, root) = Course::load()?;
     prepare("build")?;
-    let exes = build(&[])?;
+    let exes = build(Build::Suite, &[])?;
     for ch in &course.chapters {
         if let Some((_, exe)) = exes.iter().find(|(n, _)| *n == ch.package) {
             let shown = Path::new(exe).strip_prefix(&root).unwrap_or(Path::new(exe));
@@ -260,7 +294,7 @@ pub(super) fn tour() -> Result<i32> {
     let exes = if pkgs.is_empty() {
         vec![]
     } else {
-        build(&pkgs)?
+        build(Build::Chapters, &pkgs)?
     };
     let mut labs: Vec<(Topology, Testbed)> = vec![];
     let mut rows = vec![];
@@ -281,7 +315,8 @@ pub(super) fn tour() -> Result<i32> {
         let lab = &labs.iter().find(|(lt, _)| *lt == t).unwrap().1;
         let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
         let t0 = Instant::now();
-        let verdict = match run_built(lab, ch, exe, &[]) {
+        let args: Vec<&str> = ch.tour_args().iter().map(String::as_str).collect();
+        let verdict = match run_built(lab, ch, exe, &args) {
             Ok(tr) if tr.success() => "ok".to_string(),
             Ok(tr) => format!(
                 "FAILED ({})",
@@ -297,6 +332,9 @@ pub(super) fn tour() -> Result<i32> {
             }
         };
         rows.push((ch, verdict, t0.elapsed()));
+        if let Some(note) = ch.tour_note() {
+            println!("   {note}");
+        }
     }
     println!(
         "\n{:<3} {:<24} {:<9} {:>7}  result",
@@ -318,4 +356,33 @@ pub(super) fn tour() -> Result<i32> {
     }
     println!("\n{} of {} chapters ok", rows.len() - bad, rows.len());
     Ok(if bad == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Build, build_args};
+
+    #[test]
+    fn the_tour_builds_the_chapters_alone_and_run_the_suites_build() {
+        assert_eq!(
+            build_args(Build::Suite, &["ch06-pingpong"]),
+            [
+                "test",
+                "--workspace",
+                "--no-run",
+                "--message-format=json-render-diagnostics"
+            ]
+        );
+        assert_eq!(
+            build_args(Build::Chapters, &["ch01-devices", "ch06-pingpong"]),
+            [
+                "build",
+                "--package",
+                "ch01-devices",
+                "--package",
+                "ch06-pingpong",
+                "--message-format=json-render-diagnostics"
+            ]
+        );
+    }
 }

@@ -150,7 +150,8 @@ enum Sub {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Build and run every chapter in order, then a summary.
+    /// Build and run every chapter in order, then a summary (chapter 11 in its quick form,
+    /// `--quick`; the tour then names the full run).
     Tour,
     /// Print a pcap's RoCE v2 packets as a ladder, one line per packet (`a -> b  OPCODE
     /// psn=... len=...`); record one with `cargo lab run NN --trace FILE.pcap` or
@@ -173,8 +174,8 @@ enum Sub {
         #[arg(long)]
         title: Option<String>,
     },
-    /// Build what `run`, `tour` and `test` build (`cargo test --workspace --no-run`) and print
-    /// the chapters' binaries: the ones to run by hand with `cargo lab exec`.
+    /// Build what `run` and `test` build (`cargo test --workspace --no-run`) and print the
+    /// chapters' binaries: the ones to run by hand with `cargo lab exec`.
     Build,
     /// Render the course as a book into target/book (`book/`: chapter READMEs, listings and
     /// the tested outputs, diagrams drawn from the project's data); sets up graphviz and the

@@ -62,8 +62,11 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
             cmd.env(k, v);
         }
         eprintln!("running: cargo {}", cargo_args.join(" "));
-        let st = cmd.status().context("running cargo test")?;
-        Ok(st.code().unwrap_or(130))
+        let (code, text) = run_teed(cmd)?;
+        if !interrupted.load(Ordering::SeqCst) {
+            print_slowest(&root, &binary_times(&text), 10);
+        }
+        Ok(code)
     })();
     // Logs are kept for a failure, not for a run the user stopped (Ctrl-C).
     let failed = !matches!(result, Ok(0)) && !interrupted.load(Ordering::SeqCst);
@@ -99,6 +102,194 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
     result
 }
 
+/// Runs cargo (`cmd`, its arguments set) with its stdout and stderr merged into one pipe, so
+/// that cargo's `Running ...` lines and the test binaries' output stay in the order they were
+/// written; everything is copied to our stdout as it comes. Returns cargo's exit code and the
+/// text. Cargo keeps its colours when our stdout is a terminal.
+fn run_teed(cmd: Command) -> Result<(i32, String)> {
+    use std::io::Read as _;
+    use std::sync::Mutex;
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    // `sh -c 'exec "$0" "$@" 2>&1'`: one pipe for both streams, and no shell left in between.
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg("exec \"$0\" \"$@\" 2>&1")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    if let Some(dir) = cmd.get_current_dir() {
+        sh.current_dir(dir);
+    }
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    if terminal && std::env::var_os("CARGO_TERM_COLOR").is_none() {
+        sh.env("CARGO_TERM_COLOR", "always");
+    }
+    let mut child = sh
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo test")?;
+    let mut out = child.stdout.take().unwrap();
+    let text = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let (done_tx, done) = mpsc::channel::<()>();
+    let seen = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16384];
+        let mut stdout = std::io::stdout();
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            // A closed stdout (`| head`) must not stop cargo: keep reading, stop writing.
+            let _ = stdout.write_all(&buf[..n]).and_then(|_| stdout.flush());
+            seen.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+        let _ = done_tx.send(());
+    });
+    let st = child.wait().context("waiting for cargo test")?;
+    // A process a test left running may hold the pipe open: what came within 2 s is all.
+    let _ = done.recv_timeout(Duration::from_secs(2));
+    let text = String::from_utf8_lossy(&text.lock().unwrap()).into_owned();
+    Ok((st.code().unwrap_or(130), text))
+}
+
+/// One test binary's run, read from cargo test's output.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct BinaryTime {
+    /// What cargo said it runs: `unittests src/lib.rs (target/debug/deps/lab-...)`,
+    /// `tests/e2e.rs (target/debug/deps/e2e-...)`, or `Doc-tests lab`.
+    pub what: String,
+    /// The executable, as cargo printed it (relative to the workspace); none for doc tests.
+    pub exe: Option<String>,
+    /// The tests libtest ran (its `running N tests`).
+    pub tests: usize,
+    /// libtest's `finished in N s`: the whole binary, all its tests.
+    pub secs: f64,
+}
+
+/// Every test binary of a `cargo test` run with its time: cargo prints `Running <what>
+/// (<executable>)` or `Doc-tests <crate>` before each binary, and libtest ends each with `test
+/// result: ... finished in 1.23s` (merged doc tests then say `all doctests ran in 1.5s`,
+/// their compilation included: that is their time). libtest on stable Rust times nothing finer
+/// than the binary.
+/// Colour codes and progress lines (`\r`) are ignored; a binary that ended without its result
+/// line (killed, crashed) is left out.
+pub(super) fn binary_times(text: &str) -> Vec<BinaryTime> {
+    let ansi = regex::Regex::new(r"\x1b\[[0-9;?]*[A-Za-z]").unwrap();
+    let finished = regex::Regex::new(r"finished in ([0-9]+(?:\.[0-9]+)?)s").unwrap();
+    let running_n = regex::Regex::new(r"^running ([0-9]+) tests?$").unwrap();
+    let all_doctests = regex::Regex::new(r"^all doctests ran in ([0-9]+(?:\.[0-9]+)?)s").unwrap();
+    let mut out = vec![];
+    let mut current: Option<BinaryTime> = None;
+    for raw in text.lines() {
+        let raw = raw.rsplit('\r').next().unwrap_or(raw);
+        let line = ansi.replace_all(raw, "");
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("Running ") {
+            let rest = rest.trim_matches('`');
+            let exe = rest
+                .rfind(" (")
+                .filter(|_| rest.ends_with(')'))
+                .map(|i| rest[i + 2..rest.len() - 1].to_string());
+            current = Some(BinaryTime {
+                what: rest.to_string(),
+                exe,
+                tests: 0,
+                secs: 0.0,
+            });
+        } else if line.starts_with("Doc-tests ") {
+            current = Some(BinaryTime {
+                what: line.to_string(),
+                exe: None,
+                tests: 0,
+                secs: 0.0,
+            });
+        } else if let Some(c) = running_n.captures(line) {
+            if let Some(b) = current.as_mut() {
+                b.tests = c[1].parse().unwrap_or(0);
+            }
+        } else if line.starts_with("test result: ")
+            && let Some(c) = finished.captures(line)
+            && let Some(mut b) = current.take()
+        {
+            b.secs = c[1].parse().unwrap_or(0.0);
+            out.push(b);
+        } else if let Some(c) = all_doctests.captures(line)
+            && let Some(b) = out.last_mut()
+            && b.exe.is_none()
+        {
+            // Merged doc tests (edition 2024): their compilation counts too.
+            b.secs = c[1].parse().unwrap_or(b.secs);
+        }
+    }
+    out
+}
+
+/// The name a binary is listed by: its crate root relative to the workspace
+/// (`chapters/06-pingpong/tests/e2e.rs`: every chapter has a `tests/e2e.rs`), from the first
+/// source in cargo's dep-info file next to the executable; else what cargo printed.
+fn binary_label(root: &Path, b: &BinaryTime) -> String {
+    let source = b.exe.as_ref().and_then(|exe| {
+        let d = root.join(format!("{exe}.d"));
+        let text = std::fs::read_to_string(d).ok()?;
+        let first = text.lines().next()?;
+        let (_, deps) = first.split_once(": ")?;
+        let src = Path::new(deps.split_whitespace().next()?);
+        Some(src.strip_prefix(root).unwrap_or(src).display().to_string())
+    });
+    match source {
+        Some(s) if b.what.starts_with("unittests ") => format!("{s} (unit tests)"),
+        Some(s) => s,
+        None => b.what.clone(),
+    }
+}
+
+/// The `n` slowest binaries, slowest first, as lines (no terminal control).
+pub(super) fn slowest_lines(root: &Path, times: &[BinaryTime], n: usize) -> Vec<String> {
+    if times.is_empty() {
+        return vec![];
+    }
+    let mut sorted: Vec<&BinaryTime> = times.iter().collect();
+    sorted.sort_by(|a, b| b.secs.total_cmp(&a.secs));
+    let shown = sorted.len().min(n);
+    let mut lines = vec![format!(
+        "slowest test binaries ({shown} of {}; libtest times each binary as a whole, its tests \
+         together):",
+        times.len()
+    )];
+    for b in sorted.into_iter().take(n) {
+        lines.push(format!(
+            "{:>8.1} s  {:>4} test{}  {}",
+            b.secs,
+            b.tests,
+            if b.tests == 1 { " " } else { "s" },
+            binary_label(root, b)
+        ));
+    }
+    lines
+}
+
+/// Prints [`slowest_lines`] after the run; the heading in bold only on a terminal.
+fn print_slowest(root: &Path, times: &[BinaryTime], n: usize) {
+    let lines = slowest_lines(root, times, n);
+    let Some((head, rest)) = lines.split_first() else {
+        return;
+    };
+    let bold = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none();
+    if bold {
+        println!("\n\x1b[1m{head}\x1b[0m");
+    } else {
+        println!("\n{head}");
+    }
+    for l in rest {
+        println!("{l}");
+    }
+}
+
 /// `cargo test` and its arguments: the whole workspace, unless the arguments before `--`
 /// select packages themselves (`-p X`, `--package X`, `--workspace`).
 pub(super) fn cargo_test_args(args: &[String]) -> Vec<String> {
@@ -117,7 +308,149 @@ pub(super) fn cargo_test_args(args: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::cargo_test_args;
+    use super::{BinaryTime, binary_times, cargo_test_args, slowest_lines};
+    use std::path::Path;
+
+    /// `cargo test` output as `cargo lab test` reads it (stdout and stderr in one pipe), in the
+    /// form cargo 1.95 and its libtest print it (captured with `CARGO_TERM_COLOR=always`), cut
+    /// down and renamed: cargo's statuses in colour (our stdout was a terminal), a binary with
+    /// a test libtest warned about, a failed binary, one killed before its result line, merged
+    /// doc tests.
+    const SAMPLE: &str = "\x1b[1m\x1b[92m   Compiling\x1b[0m lab v0.1.0 (/work/rxe-lab/lab)
+\x1b[1m\x1b[92m    Finished\x1b[0m `test` profile [optimized + debuginfo] target(s) in 41.07s
+\x1b[1m\x1b[92m     Running\x1b[0m unittests src/lib.rs (target/debug/deps/harness-3f1c0a9b7d2e4c11)
+
+running 2 tests
+test course::tests::parse ... ok
+test suite::tests::times ... ok
+
+test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.52s
+
+\x1b[1m\x1b[92m     Running\x1b[0m tests/e2e.rs (target/debug/deps/e2e-9a8b7c6d5e4f3a21)
+
+running 1 test
+test e2e has been running for over 60 seconds
+test e2e ... ok
+
+test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 83.20s
+
+     Running tests/wire.rs (target/debug/deps/wire-0011223344556677)
+
+running 3 tests
+test a ... ok
+test b ... FAILED
+test c ... ok
+
+failures:
+    b
+
+test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 12.5s
+
+     Running tests/killed.rs (target/debug/deps/killed-8899aabbccddeeff)
+
+running 1 test
+error: test failed, to rerun pass `-p lab --test killed`
+
+Caused by:
+  process didn't exit successfully: `target/debug/deps/killed-8899aabbccddeeff` (signal: 9, SIGKILL: kill)
+   Doc-tests lab
+
+running 4 tests
+test lab/src/lib.rs - (line 12) ... ok
+\rtest result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+all doctests ran in 1.00s; merged doctests compilation took 0.98s
+";
+
+    #[test]
+    fn every_binary_with_a_result_line_has_its_time() {
+        let t = binary_times(SAMPLE);
+        let row = |what: &str, exe: Option<&str>, tests, secs| BinaryTime {
+            what: what.into(),
+            exe: exe.map(String::from),
+            tests,
+            secs,
+        };
+        assert_eq!(
+            t,
+            vec![
+                row(
+                    "unittests src/lib.rs (target/debug/deps/harness-3f1c0a9b7d2e4c11)",
+                    Some("target/debug/deps/harness-3f1c0a9b7d2e4c11"),
+                    2,
+                    0.52
+                ),
+                row(
+                    "tests/e2e.rs (target/debug/deps/e2e-9a8b7c6d5e4f3a21)",
+                    Some("target/debug/deps/e2e-9a8b7c6d5e4f3a21"),
+                    1,
+                    83.2
+                ),
+                row(
+                    "tests/wire.rs (target/debug/deps/wire-0011223344556677)",
+                    Some("target/debug/deps/wire-0011223344556677"),
+                    3,
+                    12.5
+                ),
+                row("Doc-tests lab", None, 4, 1.0),
+            ]
+        );
+        assert_eq!(binary_times("running 1 test\ntest a ... ok\n"), vec![]);
+    }
+
+    #[test]
+    fn the_slowest_come_first_in_plain_lines() {
+        // No dep-info file here: each binary is named by what cargo printed.
+        let lines = slowest_lines(Path::new("/nonexistent"), &binary_times(SAMPLE), 2);
+        assert_eq!(
+            lines,
+            vec![
+                "slowest test binaries (2 of 4; libtest times each binary as a whole, its tests \
+                 together):",
+                "    83.2 s     1 test   tests/e2e.rs (target/debug/deps/e2e-9a8b7c6d5e4f3a21)",
+                "    12.5 s     3 tests  tests/wire.rs (target/debug/deps/wire-0011223344556677)",
+            ]
+        );
+        assert!(lines.iter().all(|l| !l.contains('\x1b')));
+        assert!(slowest_lines(Path::new("/"), &[], 10).is_empty());
+    }
+
+    #[test]
+    fn a_binary_is_named_by_its_crate_root_from_the_dep_info_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let deps = dir.path().join("target/debug/deps");
+        std::fs::create_dir_all(&deps).unwrap();
+        let root = dir.path().display().to_string();
+        std::fs::write(
+            deps.join("e2e-9a8b7c6d5e4f3a21.d"),
+            // As cargo writes it for a workspace member: sources relative to the workspace.
+            format!(
+                "{root}/target/debug/deps/e2e-9a8b7c6d5e4f3a21.d: \
+                 chapters/06-pingpong/tests/e2e.rs chapters/06-pingpong/tests/x.rs\n\n\
+                 {root}/target/debug/deps/e2e-9a8b7c6d5e4f3a21: \
+                 chapters/06-pingpong/tests/e2e.rs chapters/06-pingpong/tests/x.rs\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            deps.join("harness-3f1c0a9b7d2e4c11.d"),
+            format!(
+                "{root}/target/debug/deps/harness-3f1c0a9b7d2e4c11: {root}/harness/src/lib.rs\n"
+            ),
+        )
+        .unwrap();
+        let lines = slowest_lines(dir.path(), &binary_times(SAMPLE), 10);
+        assert!(
+            lines
+                .contains(&"    83.2 s     1 test   chapters/06-pingpong/tests/e2e.rs".to_string()),
+            "{lines:#?}"
+        );
+        assert!(
+            lines.contains(&"     0.5 s     2 tests  harness/src/lib.rs (unit tests)".to_string()),
+            "{lines:#?}"
+        );
+        assert!(lines.contains(&"     1.0 s     4 tests  Doc-tests lab".to_string()));
+    }
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
