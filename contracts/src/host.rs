@@ -3,8 +3,8 @@
 //! A program inside a lab VM asks the process that runs the VMs for what it cannot do itself
 //! (freeze, kill or restart a node, record the wire). It connects to the unix socket in
 //! `LAB_HOST`, writes one [`HostRequest`] as a line of text, and reads one [`HostReply`]:
-//! `ok N` or `err N` (the [`ReplyHead`]), a newline, then N bytes of text. `cargo lab fault`
-//! sends the same requests to a lab daemon.
+//! `ok N` or `err N` (the [`ReplyHead`]), a newline, then N bytes of text.
+//! `cargo lab fault <action>` sends the same requests to a lab daemon.
 //!
 //! | request | what happens |
 //! |---|---|
