@@ -445,9 +445,9 @@ pub fn status(lab: &Testbed) -> Result<Vec<NodeFault>> {
     Ok(out)
 }
 
-/// netem's parameters as `tc qdisc show` prints them, without the `seed N` that iproute2 6.15
-/// (Debian 13) adds: the seed of netem's loss generator (`TCA_NETEM_PRNG_SEED` in
-/// net/sched/sch_netem.c), drawn at random when the qdisc is made without one, so a new one
+/// netem's parameters as `tc qdisc show` prints them, without the `seed N` pair that
+/// iproute2 6.15 (Debian 13) adds: the starting state of netem's loss generator
+/// (`TCA_NETEM_PRNG_SEED` in net/sched/sch_netem.c), drawn at random when the qdisc is made without one, so a new one
 /// each time (two tests here saw two), which says nothing about the fault.
 fn without_seed(params: &str) -> String {
     /// The word before the value: skipped with it.
@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn status_lines_are_read_from_tc_and_printed_as_before() {
-        // `tc qdisc show dev eth0` with an impairment (iproute2 6.15 prints netem's seed).
+        // `tc qdisc show dev eth0` with an impairment (iproute2 6.15 prints netem's `seed N` pair).
         let roce = "qdisc prio 1: root refcnt 2 bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1\n\
                     qdisc netem 30: parent 1:3 limit 100000 loss 5% seed 77 delay 10ms\n";
         let partition = "qdisc netem 1: root refcnt 2 limit 100000 loss 100%\n";
