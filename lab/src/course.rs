@@ -10,7 +10,8 @@
 //!   lab's message); `main` prints it after `error: ` and exits 1 ([`exit_code`],
 //!   [`exit_code_of`]).
 //! - **The device**: [`open_device`] opens the device a `-d` flag named, else `$LAB_DEVICE`,
-//!   else the first one.
+//!   else the first one; [`rxe_address`] is its IPv4 address (what rdma_cm needs).
+//! - **A fresh starting PSN**: [`random_psn`], as rc_pingpong draws one.
 //! - **Two QPs in RTS on one device**: [`connected_pair`], for the chapters that need a working
 //!   connection before chapters 05 and 06 take the bring-up apart; [`wait_for_err`] for the
 //!   moment after an error completion when rxe has not yet moved the QP to ERR.
@@ -139,6 +140,28 @@ pub fn open_device(name: Option<&str>) -> crate::Result<Context> {
         Some(n) => Context::open(Some(n)),
         None => Context::open_default(),
     }
+}
+
+/// The IPv4 address of this node's rxe netdev, read from its RoCE v2 GID (`::ffff:a.b.c.d`,
+/// GID index 1 on rxe): the address rdma_cm resolves to this device (chapters 09 and 12).
+pub fn rxe_address() -> Outcome<std::net::Ipv4Addr> {
+    let ctx = open_device(None).or_fail("cannot open the device")?;
+    let gid = ctx
+        .roce_v2_ipv4_gid(1)
+        .or_fail("cannot find the RoCE v2 GID")?;
+    gid.gid
+        .to_ipv4()
+        .ok_or_else(|| Failure("the RoCE v2 GID is not IPv4-mapped".into()))
+}
+
+/// A random 24-bit starting PSN, like rc_pingpong's `lrand48() & 0xffffff` (the harness
+/// redacts it as `[PSN#n]`). `RandomState` draws fresh random keys from the OS in every
+/// process, so two runs, and two processes, start from different PSNs.
+pub fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() & 0xff_ffff) as u32
 }
 
 /// The device name [`open_device`] would ask for: `name`, else `$LAB_DEVICE`; `None` means
@@ -324,6 +347,14 @@ pub fn done(ok: bool, success: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_psns_are_24_bit_and_differ() {
+        let psns: Vec<u32> = (0..8).map(|_| random_psn()).collect();
+        assert!(psns.iter().all(|p| *p <= 0xff_ffff), "{psns:x?}");
+        // Eight draws from fresh OS keys: all equal would mean the keys were not fresh.
+        assert!(psns.iter().any(|p| *p != psns[0]), "{psns:x?}");
+    }
 
     #[test]
     fn or_fail_says_what_and_why() {

@@ -285,7 +285,8 @@ fn run(o: &Opts) -> Result<()> {
     let me = PingpongDest {
         lid: port.lid,
         qpn: qp.qp_num(),
-        psn: random_psn(),
+        // A random 24-bit starting PSN, as rc_pingpong draws one (`lrand48() & 0xffffff`).
+        psn: lab::course::random_psn(),
         gid: my_gid,
     };
     let connect = |qp: QueuePair<state::Init>, remote: &PingpongDest| {
@@ -554,15 +555,6 @@ fn plural(n: u32, what: &str) -> String {
     } else {
         format!("{n} {what}s")
     }
-}
-
-/// A random 24-bit starting PSN, like rc_pingpong's `lrand48() & 0xffffff` (the harness
-/// redacts it as `[PSN#n]`). `RandomState` draws fresh random keys from the OS in every process.
-fn random_psn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    (h.finish() & 0xff_ffff) as u32
 }
 
 /// The deadline of the busy-poll loop: fails after `limit` without any completion. It reads

@@ -164,7 +164,8 @@ fn open(o: &Opts, role: &str, qp_access: AccessFlags) -> Result<Setup> {
         pd,
         ctx,
         gid: gid.gid,
-        psn: random_psn(),
+        // A random 24-bit starting PSN, as rc_pingpong draws one (`lrand48() & 0xffffff`).
+        psn: lab::course::random_psn(),
     })
 }
 
@@ -592,12 +593,4 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     })
-}
-
-/// A random 24-bit starting PSN (the harness redacts it as `[PSN#n]`).
-fn random_psn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    (h.finish() & 0xff_ffff) as u32
 }

@@ -295,7 +295,7 @@ fn server(args: &Args) -> Result<bool> {
     // own open device: so the listener is made first (bound to the rxe netdev's address, it
     // has a device), and the PD, the CQ and the pool's MR are made on its context.
     let cm_listener = if args.cm {
-        let ip = rxe_address()?;
+        let ip = lab::course::rxe_address()?;
         let id = CmId::new()?;
         id.listen(SocketAddr::new(IpAddr::V4(ip), args.port), 32)
             .or_fail("rdma_cm listen")?;
@@ -513,15 +513,6 @@ fn server(args: &Args) -> Result<bool> {
 // ---------------------------------------------------------------------------------------------
 // --cm: the same connections through rdma_cm (chapter 12 walks through every event)
 
-/// The IPv4 address of this node's rxe netdev, from its RoCE v2 GID (`::ffff:a.b.c.d`).
-fn rxe_address() -> Result<std::net::Ipv4Addr> {
-    let ctx = lab::course::open_device(None)?;
-    let gid = ctx.roce_v2_ipv4_gid(1)?;
-    gid.gid
-        .to_ipv4()
-        .ok_or_else(|| Failure("the RoCE v2 GID is not IPv4-mapped".into()))
-}
-
 /// The table as the accept's private data: tag, base address, block length, block count,
 /// rkey (24 bytes; a REP carries at most 196). The table is regular (one MR, equal blocks
 /// back to back), so these numbers give every `(addr, len, rkey)` entry. A table of unrelated
@@ -631,7 +622,7 @@ fn client_device(args: &Args, host: &str) -> Result<(Context, Option<CmId>)> {
     // 127.0.0.1 cannot be routed on RoCE (no RDMA device on `lo`): the server then shares our
     // device, so use our own rxe netdev's address (chapter 12 shows the error otherwise).
     let ip = if given.is_loopback() {
-        IpAddr::V4(rxe_address()?)
+        IpAddr::V4(lab::course::rxe_address()?)
     } else {
         given
     };
