@@ -791,7 +791,7 @@ fn reference_tools(lab: &mut Lab, plan: &Plan, res: &mut Results) -> Result<()> 
         let sz: usize = size.parse().unwrap_or(0);
         let what = format!("{tool} {}", argv[1..].join(" "));
         // On this 2-core host a whole tool run can fall into a slow mode of about 4 ms a round
-        // trip (chapter 11's open question, in its README), and the same can happen to ours.
+        // trip (the host's scheduler: "The 4 ms mode" in the README), and so can ours.
         // A READ run outside READ_BAND of ours is measured again, at most twice; the count
         // is printed below.
         let mut tries_left = 2;
