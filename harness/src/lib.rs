@@ -39,6 +39,7 @@ pub mod testing;
 pub mod testing_cli;
 pub mod userspace;
 pub mod vm;
+pub mod vm_options;
 pub mod wire;
 
 /// Where the rxe device(s) live, and the nodes of the pair: defined once, in `contracts`.

@@ -51,55 +51,7 @@ pub fn agent_file() -> Result<PathBuf> {
     .map_err(anyhow::Error::msg)
 }
 
-/// How the VMs are run. `from_env` reads LAB_VM_MEM_MB, LAB_ACCEL, LAB_BOOT_TIMEOUT_SECS,
-/// LAB_PCAP.
-#[derive(Debug, Clone)]
-pub struct VmOptions {
-    /// Memory per VM (MiB). Default 1024.
-    pub mem_mb: u32,
-    /// vCPUs of the loopback VM (pair VMs get one each). Default 2.
-    pub loopback_smp: u32,
-    /// `None`: probe KVM, fall back to TCG.
-    pub accel: Option<Accel>,
-    pub boot_timeout: Duration,
-    /// Pair only: write a pcap of the wire here.
-    pub pcap: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accel {
-    Kvm,
-    Tcg,
-}
-
-impl Accel {
-    pub fn name(self) -> &'static str {
-        match self {
-            Accel::Kvm => "kvm",
-            Accel::Tcg => "tcg",
-        }
-    }
-}
-
-fn env_num(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-impl VmOptions {
-    pub fn from_env() -> VmOptions {
-        VmOptions {
-            mem_mb: env_num("LAB_VM_MEM_MB").unwrap_or(1024) as u32,
-            loopback_smp: env_num("LAB_VM_SMP").unwrap_or(2) as u32,
-            accel: match std::env::var("LAB_ACCEL").as_deref() {
-                Ok("kvm") => Some(Accel::Kvm),
-                Ok("tcg") => Some(Accel::Tcg),
-                _ => None,
-            },
-            boot_timeout: Duration::from_secs(env_num("LAB_BOOT_TIMEOUT_SECS").unwrap_or(180)),
-            pcap: std::env::var_os("LAB_PCAP").map(PathBuf::from),
-        }
-    }
-}
+pub use crate::vm_options::*;
 
 /// One running QEMU.
 #[derive(Debug)]
@@ -569,6 +521,10 @@ pub fn start_one(
         "none",
         "-no-reboot",
     ])
+    // Named threads ("CPU 0/TCG", "worker" ...): the host's /proc/<pid>/task/*/comm tells
+    // the vCPUs from the main loop (chapter 11 reads their schedstat).
+    .arg("-name")
+    .arg(format!("lab-{tag},debug-threads=on"))
     .arg("-machine")
     .arg(format!("pc,accel={}", plan.accel.name()))
     .args([
@@ -694,7 +650,7 @@ pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -
                 plan,
                 dir,
                 Some(Node::A),
-                1,
+                opts.pair_smp,
                 opts.mem_mb,
                 Some(Wire::of(&c, Node::A, opts.pcap.clone())),
             )?;
@@ -702,7 +658,7 @@ pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -
                 plan,
                 dir,
                 Some(Node::B),
-                1,
+                opts.pair_smp,
                 opts.mem_mb,
                 Some(Wire::of(&c, Node::B, None)),
             )?;

@@ -90,3 +90,46 @@ fn setup_print_runs_the_embedded_script() {
         "{text}"
     );
 }
+
+/// `--cpus` and `LAB_PAIR_SMP` take 1 to 16 vCPUs per pair node: anything else stops before a
+/// lab starts, naming what is accepted (clap's usage error for the flag, exit 2).
+#[test]
+fn a_bad_vcpu_count_is_refused_before_anything_boots() {
+    for bad in ["0", "17", "two", "-1"] {
+        let out = lab()
+            .args(["up", "-t", "pair", &format!("--cpus={bad}")])
+            .assert()
+            .code(2)
+            .get_output()
+            .stderr
+            .clone();
+        let err = String::from_utf8(out).unwrap();
+        assert!(err.contains("a whole number from 1 to 16"), "{bad}: {err}");
+    }
+    let out = lab()
+        .args(["up", "--cpus", "2"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(out).unwrap();
+    assert!(err.contains("use it with `-t pair`"), "{err}");
+    let out = lab()
+        .args(["up", "-t", "pair"])
+        .env("LAB_PAIR_SMP", "0")
+        .env(
+            "LAB_STATE_DIR",
+            std::env::temp_dir().join("rxe-lab-cli-test-no-lab"),
+        )
+        .assert()
+        .code(1)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(out).unwrap();
+    assert!(
+        err.contains("LAB_PAIR_SMP=0") && err.contains("from 1 to 16"),
+        "{err}"
+    );
+}

@@ -43,7 +43,11 @@ fn run_and_break(lab: &Testbed, act: impl FnOnce() + Send + 'static) -> (String,
 
 #[test]
 fn a_qemu_killed_under_a_run_ends_it_in_seconds() {
-    let lab = Testbed::boot(Topology::Loopback, &VmOptions::from_env()).expect("boot");
+    let lab = Testbed::boot(
+        Topology::Loopback,
+        &VmOptions::from_env().expect("LAB_* settings"),
+    )
+    .expect("boot");
     let pid = lab.vm_pids()[0];
     let (err, took) = run_and_break(&lab, move || signal(pid, "KILL"));
     assert!(took < Duration::from_secs(5), "took {took:?}: {err}");

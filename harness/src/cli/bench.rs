@@ -35,7 +35,7 @@ pub(super) fn bench(runs: usize, t: TopoArg) -> Result<i32> {
         TopoArg::One(t) => t,
         TopoArg::All => bail!("pick one topology"),
     };
-    let opts = VmOptions::from_env();
+    let opts = VmOptions::from_env()?;
     // Build caches first (initramfs, vmlinux, accel probe) so runs measure boots only.
     let plan = vm::plan(t, &opts)?;
     println!(

@@ -22,7 +22,7 @@ pub(super) fn lab_for_exec(t: Topology) -> Result<Testbed> {
     let dir = home()?.join(t.name());
     if daemon_alive(&dir) {
         same_userspace(t, &dir)?;
-    } else if up_in(t, &dir, true)? {
+    } else if up_in(t, &dir, true, None)? {
         eprintln!(
             "(the {} lab keeps running for the next commands; `cargo lab down` stops it)",
             t.name()

@@ -31,31 +31,64 @@ pub(super) fn daemon_pid(dir: &Path) -> Option<u32> {
 }
 
 /// Starts (or finds) the daemon of a topology under [`home`]. Returns true if it started one.
-pub(super) fn up(t: Topology, verbose: bool) -> Result<bool> {
+/// `cpus`: the pair's vCPUs per node (`--cpus`; else `LAB_PAIR_SMP`, else 1).
+pub(super) fn up(t: Topology, verbose: bool, cpus: Option<u32>) -> Result<bool> {
     let dir = home()?.join(t.name());
-    up_in(t, &dir, verbose)
+    up_in(t, &dir, verbose, cpus)
 }
 
-pub(super) fn up_in(t: Topology, dir: &Path, verbose: bool) -> Result<bool> {
+pub(super) fn up_in(t: Topology, dir: &Path, verbose: bool, cpus: Option<u32>) -> Result<bool> {
     if testbed::chosen_provider()? == Provider::Native {
         if verbose {
             println!("{}: native rxe on this host: nothing to start", t.name());
         }
         return Ok(false);
     }
+    // Asked for by `--cpus` or LAB_PAIR_SMP (checked here, before anything boots).
+    let cpus = match cpus {
+        Some(n) => Some(n),
+        None => match std::env::var(vm::PAIR_SMP_VAR) {
+            Ok(v) => {
+                Some(vm::parse_pair_smp(&v).with_context(|| format!("{}={v}", vm::PAIR_SMP_VAR))?)
+            }
+            Err(_) => None,
+        },
+    };
     if daemon_alive(dir) {
         same_userspace(t, dir)?;
+        same_cpus(t, dir, cpus)?;
         if verbose {
             eprintln!("{} lab already up ({})", t.name(), dir.display());
         }
         return Ok(false);
     }
-    let child = start_daemon(t, dir)?;
+    let child = start_daemon(t, dir, cpus)?;
     wait_daemon(t, dir, child, verbose)?;
     Ok(true)
 }
 
-pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Child> {
+/// A running pair serves a command that asks for a vCPU count (`--cpus`, LAB_PAIR_SMP) only if
+/// its nodes have that many (the daemon writes its count in `cpus` when it boots).
+fn same_cpus(t: Topology, dir: &Path, want: Option<u32>) -> Result<()> {
+    let have = std::fs::read_to_string(dir.join("cpus"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if let (Topology::Pair, Some(want), Some(have)) = (t, want, have)
+        && want != have
+    {
+        bail!(
+            "the running pair lab's nodes have {have} vCPU(s) each, and this command asks for \
+             {want}; stop the lab first: `cargo lab down`"
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn start_daemon(
+    t: Topology,
+    dir: &Path,
+    cpus: Option<u32>,
+) -> Result<std::process::Child> {
     // A stale dir from a daemon that died: its qemu died with it (PDEATHSIG); clear the rest.
     if let Some(pid) = daemon_pid(dir)
         && vm::pid_alive(pid)
@@ -77,6 +110,9 @@ pub(super) fn start_daemon(t: Topology, dir: &Path) -> Result<std::process::Chil
     }
     if let Some((k, v)) = crate::userspace::child_env() {
         cmd.env(k, v);
+    }
+    if let Some(n) = cpus {
+        cmd.env(vm::PAIR_SMP_VAR, n.to_string());
     }
     let child = cmd
         .args(["__daemon", "--topology", t.name(), "--dir"])
@@ -118,7 +154,7 @@ pub(super) fn wait_daemon(
     mut child: std::process::Child,
     verbose: bool,
 ) -> Result<()> {
-    let opts = VmOptions::from_env();
+    let opts = VmOptions::from_env()?;
     let limit = opts.boot_timeout + Duration::from_secs(60);
     let t0 = Instant::now();
     let mut next_note = Duration::from_secs(10);
@@ -221,7 +257,10 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
         dir.join("userspace"),
         testbed::userspace_name(&crate::userspace::chosen()?),
     )?;
-    let opts = VmOptions::from_env();
+    let opts = VmOptions::from_env()?;
+    if t == Topology::Pair {
+        std::fs::write(dir.join("cpus"), opts.pair_smp.to_string())?;
+    }
     let lab = Testbed::boot_in(t, &opts, dir.to_path_buf(), false)?;
     std::fs::write(
         dir.join("info"),

@@ -90,6 +90,9 @@ enum Sub {
     Up {
         #[arg(long, short, default_value = "loopback")]
         topology: TopoArg,
+        /// vCPUs of each pair node, 1 to 16 (default 1; also LAB_PAIR_SMP). Pair only.
+        #[arg(long, value_name = "N", value_parser = parse_cpus)]
+        cpus: Option<u32>,
     },
     /// Show the running labs.
     Status,
@@ -333,6 +336,11 @@ pub fn main() -> i32 {
     }
 }
 
+/// `--cpus N`: clap shows the error, with what is accepted.
+fn parse_cpus(s: &str) -> std::result::Result<u32, String> {
+    vm::parse_pair_smp(s).map_err(|e| format!("{e:#}"))
+}
+
 fn dispatch(cmd: Sub) -> Result<i32> {
     match cmd {
         Sub::Doctor => doctor(),
@@ -343,9 +351,15 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             book,
             print,
         } => setup(vm, native, dev, book, print),
-        Sub::Up { topology } => {
+        Sub::Up { topology, cpus } => {
+            if cpus.is_some() && !matches!(topology, TopoArg::One(Topology::Pair)) {
+                bail!(
+                    "--cpus sets the vCPUs of each pair node: use it with `-t pair` (the loopback \
+                     VM's come from LAB_VM_SMP)"
+                );
+            }
             for t in topology.list() {
-                up(t, true)?;
+                up(t, true, cpus)?;
             }
             eprintln!("next: `cargo lab exec -- ibv_devinfo`; `cargo lab down` stops the labs");
             Ok(0)

@@ -33,7 +33,7 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
                     continue;
                 }
                 let dir = home.join(t.name());
-                let child = start_daemon(t, &dir)?;
+                let child = start_daemon(t, &dir, None)?;
                 started.push(dir.clone());
                 pending.push((t, dir, child));
             }

@@ -419,7 +419,7 @@ impl Testbed {
                 return Ok(lab);
             }
         }
-        Testbed::boot(topology, &VmOptions::from_env())
+        Testbed::boot(topology, &VmOptions::from_env()?)
     }
 
     /// The connection to a node (loopback has one node: every role runs on it).
@@ -457,7 +457,7 @@ impl Testbed {
                  {instead}"
             );
         }
-        let mut opts = VmOptions::from_env();
+        let mut opts = VmOptions::from_env()?;
         let plan = vm::plan(Topology::Pair, &opts)
             .with_context(|| format!("booting a microVM pair for a wire; {instead}"))?;
         if plan.accel != vm::Accel::Kvm {

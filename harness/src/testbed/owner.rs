@@ -166,7 +166,7 @@ impl Owner {
         let wire = self.cable.as_ref().map(|c| vm::Wire::of(c, n, None));
         let node = (self.topology == Topology::Pair).then_some(n);
         let smp = if node.is_some() {
-            1
+            self.opts.pair_smp
         } else {
             self.opts.loopback_smp
         };
