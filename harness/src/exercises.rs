@@ -9,8 +9,8 @@
 //! ```
 //!
 //! Both files are compiled into the chapter's `exercises` test binary (as `#[path]` modules);
-//! [`Impl::from_env`] (`LAB_EXERCISE_IMPL=starter|solution`, default starter) says which one
-//! the checks call, so grading either needs one build. A failing check panics through
+//! [`Impl::from_env`] (`LAB_EXERCISE_IMPL=starter|solution`) says which one the checks call,
+//! so grading either needs one build; unset (the test suite), a check runs its dev check. A failing check panics through
 //! [`fail`]: a first line naming what is missing or wrong, then the expected and the actual.
 
 use crate::course::workspace_root;
@@ -31,13 +31,18 @@ pub enum Impl {
 }
 
 impl Impl {
-    /// `$LAB_EXERCISE_IMPL`: `solution`, else the starter (unset, empty or `starter`). Any
-    /// other value panics with the two accepted ones (a typo must not grade the starter).
-    pub fn from_env() -> Impl {
+    /// `$LAB_EXERCISE_IMPL`: `starter` or `solution`; `None` when it is unset or empty: then a
+    /// check's `#[test]` runs its dev check (every implementation: the starter and planted
+    /// mistakes fail with their messages, the solution passes), which is what the test suite
+    /// runs. Any other value panics with the accepted ones (a typo must not grade anything).
+    pub fn from_env() -> Option<Impl> {
         match std::env::var(IMPL_VAR).unwrap_or_default().as_str() {
-            "" | "starter" => Impl::Starter,
-            "solution" => Impl::Solution,
-            v => panic!("{IMPL_VAR}={v:?}: expected \"starter\" or \"solution\""),
+            "" => None,
+            "starter" => Some(Impl::Starter),
+            "solution" => Some(Impl::Solution),
+            v => panic!(
+                "{IMPL_VAR}={v:?}: expected \"starter\" or \"solution\" (or unset: the dev check)"
+            ),
         }
     }
 
@@ -83,7 +88,13 @@ fn indent(s: &str) -> String {
 /// check failure that names the step ("step 2 is not done yet: ...") instead of a bare panic.
 #[track_caller]
 pub fn step<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    // The learner's `todo!` is reported by the failure below, not by the default hook too
+    // (a checker reads the first panic of the output): silence the hook while the step runs.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    match r {
         Ok(v) => v,
         Err(p) => {
             let msg = p
@@ -136,9 +147,10 @@ pub fn assert_fails_with(first: &str, check: impl FnOnce()) {
 /// FILE:LINE:COL:` line, then the message up to the `note:` or backtrace that follows), for
 /// a check whose code ran in another process (a role on the pair, a test re-run in the lab).
 pub fn panic_message(output: &str) -> Option<String> {
-    let start = output.find("' panicked at ")?;
-    let rest = &output[start..];
-    let body = &rest[rest.find('\n')? + 1..];
+    // `thread 'NAME' panicked at` (Rust < 1.89), `thread 'NAME' (TID) panicked at` (later).
+    let re =
+        regex::Regex::new(r"thread '[^'\n]*'(?: \([0-9]+\))? panicked at [^\n]*\n").expect("regex");
+    let body = &output[re.find(output)?.end()..];
     let msg: Vec<&str> = body
         .lines()
         .take_while(|l| {
@@ -372,7 +384,7 @@ section = "README.md#x"
 
     #[test]
     fn panic_message_is_the_first_panic_up_to_its_note() {
-        let out = "running 1 test\nthread 'x' panicked at a.rs:1:2:\nthe MR lacks X\nexpected: a\n\
+        let out = "running 1 test\nthread 'x' (12) panicked at a.rs:1:2:\nthe MR lacks X\nexpected: a\n\
                    note: run with `RUST_BACKTRACE=1`\nthread 'x' panicked at b.rs:3:4:\nlater\n";
         assert_eq!(
             panic_message(out).as_deref(),

@@ -24,6 +24,7 @@ pub fn target_access() -> AccessFlags {
 
 /// Registers `len` bytes in `pd` that a peer may RDMA WRITE into.
 pub fn register_target(pd: &ProtectionDomain, len: usize) -> lab::Result<MemoryRegion> {
-    let _ = (pd, len);
-    todo!("step 2: register the region with target_access()")
+    let access = target_access();
+    let _ = (pd, len, access);
+    todo!("step 2: register the region with those access flags")
 }

@@ -2,11 +2,11 @@
 //! describes the shape every chapter's `tests/exercises.rs` follows):
 //!
 //! - `remote_write` checks exercise 03-remote-write, the implementation `LAB_EXERCISE_IMPL`
-//!   names (`starter`, the default, or `solution`): a real remote RDMA WRITE into the region
-//!   it registers must complete with `IBV_WC_SUCCESS` and land.
-//! - `dev_check_remote_write` grades every implementation at once: the starter fails naming the
-//!   step still to write, a planted wrong one (no REMOTE_WRITE) fails with the status rxe gives,
-//!   the reference solution passes.
+//!   names (`starter` or `solution`): a real remote RDMA WRITE into the region it registers
+//!   must complete with `IBV_WC_SUCCESS` and land.
+//! - With `LAB_EXERCISE_IMPL` unset (the test suite) it runs the dev check instead: the starter
+//!   fails naming the step still to write, planted wrong ones (no REMOTE_WRITE; REMOTE_WRITE
+//!   without LOCAL_WRITE) fail with what rxe gives, the reference solution passes.
 
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
@@ -22,8 +22,8 @@ mod starter;
 
 type Register = fn(&ProtectionDomain, usize) -> lab::Result<MemoryRegion>;
 
-fn chosen() -> Register {
-    match Impl::from_env() {
+fn chosen(imp: Impl) -> Register {
+    match imp {
         Impl::Starter => starter::register_target,
         Impl::Solution => solution::register_target,
     }
@@ -89,25 +89,29 @@ fn check_remote_write(register: Register) {
 
 #[test]
 fn remote_write() {
-    in_lab(Topology::Loopback, "remote_write", || {
-        check_remote_write(chosen())
-    });
+    in_lab(
+        Topology::Loopback,
+        "remote_write",
+        || match Impl::from_env() {
+            Some(imp) => check_remote_write(chosen(imp)),
+            None => dev_check(),
+        },
+    );
 }
 
-#[test]
-fn dev_check_remote_write() {
-    in_lab(Topology::Loopback, "dev_check_remote_write", || {
-        assert_fails_with("register_target: not written yet (step 2:", || {
-            check_remote_write(starter::register_target)
-        });
-        assert_fails_with(
-            "the MR lacks IBV_ACCESS_REMOTE_WRITE: the peer's WRITE completed with \
-             IBV_WC_REM_ACCESS_ERR (10)",
-            || check_remote_write(|pd, len| pd.reg_mr(len, AccessFlags::LOCAL_WRITE)),
-        );
-        assert_fails_with("ibv_reg_mr refused the region:", || {
-            check_remote_write(|pd, len| pd.reg_mr(len, AccessFlags::REMOTE_WRITE))
-        });
-        check_remote_write(solution::register_target);
+/// Every implementation: the starter fails naming its first step, planted mistakes fail with
+/// their messages, the reference solution passes.
+fn dev_check() {
+    assert_fails_with("register_target: not written yet (step 1:", || {
+        check_remote_write(starter::register_target)
     });
+    assert_fails_with(
+        "the MR lacks IBV_ACCESS_REMOTE_WRITE: the peer's WRITE completed with \
+         IBV_WC_REM_ACCESS_ERR (10)",
+        || check_remote_write(|pd, len| pd.reg_mr(len, AccessFlags::LOCAL_WRITE)),
+    );
+    assert_fails_with("ibv_reg_mr refused the region:", || {
+        check_remote_write(|pd, len| pd.reg_mr(len, AccessFlags::REMOTE_WRITE))
+    });
+    check_remote_write(solution::register_target);
 }

@@ -5,9 +5,10 @@
 //! (`harness::testing`: a running `cargo lab up` lab, or one booted for the run), and prints
 //! the verdict: the first failing check's message (what is missing, expected, actual), the
 //! hint and the README section. It records the state in `target/rxe-lab/exercises.json` and
-//! the run in exercism's test-runner format (version 3) in `target/rxe-lab/results.json`.
+//! the run in exercism's test-runner format (version 3) in `target/rxe-lab/results.json`
+//! (`LAB_EXERCISE_STATE_DIR` moves both: the tests use it).
 
-use crate::course::{Course, workspace_root};
+use crate::course::Course;
 use crate::exercises::{Exercise, IMPL_VAR, Impl, Registry, panic_message};
 use anyhow::{Context as _, Result, bail};
 use clap::Subcommand;
@@ -94,8 +95,17 @@ fn files(course: &Course, ex: &Exercise) -> Result<(String, PathBuf, PathBuf)> {
     Ok((ch.package.clone(), ex.starter(&dir), ex.solution(&dir)))
 }
 
+/// Where the state and results files go: `$LAB_EXERCISE_STATE_DIR`, else
+/// `<workspace>/target/rxe-lab` (untracked).
+fn state_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("LAB_EXERCISE_STATE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => root.join("target/rxe-lab"),
+    }
+}
+
 fn state_file(root: &Path) -> PathBuf {
-    root.join("target/rxe-lab/exercises.json")
+    state_dir(root).join("exercises.json")
 }
 
 /// id -> "done" | "failing", from the state file (absent or unreadable: nothing recorded).
@@ -242,7 +252,7 @@ fn check(course: &Course, root: &Path, ex: &Exercise, imp: Impl) -> Result<Verdi
             },
         )?;
     }
-    let rf = root.join("target/rxe-lab/results.json");
+    let rf = state_dir(root).join("results.json");
     std::fs::create_dir_all(rf.parent().expect("parent"))?;
     std::fs::write(&rf, v.results_json()).with_context(|| format!("writing {}", rf.display()))?;
     Ok(v)
