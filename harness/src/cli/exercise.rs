@@ -264,20 +264,13 @@ fn check_deadline(checks: usize) -> Duration {
 }
 
 /// `cargo test -p PACKAGE --test exercises -- --exact CHECKS`, with the implementation
-/// selected; returns stdout and stderr. Ctrl-C or the deadline kill it.
+/// selected; returns stdout and stderr. Ctrl-C or the deadline kill it. Not `--quiet`: that
+/// also makes libtest print dots instead of the `test NAME ... ok` lines the verdict reads.
 fn run_cargo(root: &Path, package: &str, checks: &[String], imp: Impl) -> Result<(String, String)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
-        .args([
-            "test",
-            "--quiet",
-            "-p",
-            package,
-            "--test",
-            "exercises",
-            "--",
-        ])
+        .args(["test", "-p", package, "--test", "exercises", "--"])
         .arg("--exact")
         .args(checks)
         .arg("--test-threads=1")
