@@ -174,7 +174,7 @@ impl Trace {
             let a = got.get(i).map(String::as_str).unwrap_or("");
             let same = ops.get(i).map(String::as_str) == want.get(i).copied();
             let mark = if same { ' ' } else { '!' };
-            s.push_str(&format!("{mark} {e:<w$}  | {a}\n").trim_end().to_string());
+            s.push_str(format!("{mark} {e:<w$}  | {a}").trim_end());
             s.push('\n');
         }
         s
