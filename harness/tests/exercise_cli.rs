@@ -130,7 +130,7 @@ fn a_bad_id_is_refused_with_the_ids() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains("no exercise"), "{args:?}: {err}");
         assert!(
-            err.contains("01-roce-gid, 03-remote-write, 05-bring-up, 07-write-4k"),
+            err.contains("01-roce-gid, 02-same-pd, 03-remote-write, 05-bring-up, 07-write-4k"),
             "{err}"
         );
         assert!(!err.contains("panicked"), "{err}");
