@@ -22,8 +22,9 @@
 //! - any other comment is free text.
 //!
 //! A span or line with a placeholder (`<...>`, `[...]`, `a|b`, `NN`, `...`), or one that only
-//! names a command that needs arguments ("cargo lab run"), is a synopsis, not a command: the
-//! test checks only that its subcommand exists.
+//! names a command that needs arguments ("cargo lab run"), or one that never returns by
+//! itself (`cargo lab exercise watch`, until Ctrl-C), is a synopsis, not a command: the test
+//! checks only that its subcommand exists.
 
 use std::path::Path;
 
@@ -127,7 +128,9 @@ fn is_synopsis(cmd: &str) -> bool {
     }
     // `cargo lab run` or `cargo lab exec` alone names the command (it needs arguments to run).
     let words: Vec<&str> = bare.split_whitespace().collect();
+    // `cargo lab exercise watch` runs until Ctrl-C: shown, never run (its test is a PTY's).
     matches!(words[..], ["cargo", "lab", "run" | "exec"])
+        || matches!(words[..], ["cargo", "lab", "exercise", "watch", ..])
         || bare.contains('<')
         || bare.contains('[')
         || bare.contains('|')
@@ -410,6 +413,12 @@ mod tests {
             ]
         );
         assert_eq!(c[1].subcommand(), "exec");
+        // `watch` never returns by itself: shown, not run; `exercise list` is run.
+        let md = "`cargo lab exercise watch` then `cargo lab exercise list`\n";
+        let (c, _) = parse("x.md", md);
+        let kinds: Vec<&Kind> = c.iter().map(|c| &c.kind).collect();
+        assert_eq!(kinds, [&Kind::Synopsis, &Kind::Run]);
+        assert_eq!(c[0].subcommand(), "exercise");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! kernels from the distribution's archive, [`initramfs`] builds the cached
 //! initramfs, [`vm`] runs QEMU, [`testbed`] hands out labs (boot, attach to a daemon, native),
 //! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
-//! `chapters/course.toml`. The CLI lives in `src/main.rs` and [`cli`].
+//! `chapters/course.toml`, [`exercises`] `chapters/exercises.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
 //! Errors: one approach, `anyhow`, in the CLI, the providers and the test API (whose messages
 //! are meant to be read whole: what ran, the output so far, the next command). The files shared
@@ -25,6 +25,7 @@ pub mod cli;
 pub mod conn;
 pub mod course;
 pub mod doc_commands;
+pub mod exercises;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_fetch;

@@ -10,7 +10,9 @@
 //!   a `src/main.rs`, a `tests/e2e.rs` and committed snapshots; every chapter directory is in
 //!   course.toml, in order.
 //! - **One shape for every chapter README**: the same `##` headings, in the same order
-//!   ([`README_HEADINGS`]); anything else is a `###` under one of them.
+//!   ([`README_HEADINGS`]); anything else is a `###` under one of them. A chapter with
+//!   exercises (an `exercises/` directory) ends with one more, [`EXERCISES_HEADING`], and only
+//!   such a chapter has it.
 //! - **The top README's course table** lists every chapter.
 //! - **`unsafe` stays in `lab`**: no other crate's Rust source uses it.
 //!
@@ -34,6 +36,10 @@ const README_HEADINGS: &[&str] = &[
     "Try this",
     "Next",
 ];
+
+/// The last `##` heading of a chapter README whose chapter has exercises (`exercises/`):
+/// each of its exercises, from chapters/exercises.toml.
+const EXERCISES_HEADING: &str = "Exercises";
 
 /// Files that may still hold an out-of-repo reference, each with the reason. Keep it empty:
 /// an entry is a debt, not a licence.
@@ -225,11 +231,18 @@ fn check_course(root: &Path) -> Vec<String> {
         }
         if let Ok(readme) = std::fs::read_to_string(dir.join("README.md")) {
             let got = headings(&readme);
-            if got != README_HEADINGS {
+            let mut want: Vec<&str> = README_HEADINGS.to_vec();
+            let exercises = dir.join("exercises").is_dir();
+            if exercises {
+                want.push(EXERCISES_HEADING);
+            }
+            if got != want {
                 found.push(format!(
                     "{}/README.md: the ## headings are {got:?}; every chapter README has \
-                     exactly {README_HEADINGS:?}, in that order (other sections are ###)",
-                    rel.display()
+                     exactly {README_HEADINGS:?}, in that order (other sections are ###), \
+                     then {EXERCISES_HEADING:?} when the chapter has exercises/ ({})",
+                    rel.display(),
+                    if exercises { "it has" } else { "it has none" }
                 ));
             }
         }

@@ -30,6 +30,7 @@ mod book;
 mod chapters;
 mod doctor;
 mod exec;
+mod exercise;
 mod labs;
 mod suite;
 mod wire;
@@ -247,6 +248,11 @@ enum Sub {
         #[command(subcommand)]
         cmd: UserspaceCmd,
     },
+    /// The exercises: code you write, checked on the lab's rxe device (docs/exercises.md).
+    Exercise {
+        #[command(subcommand)]
+        cmd: exercise::ExerciseCmd,
+    },
     /// Boot the loopback lab N times and report boot and exec latency (for the README).
     #[command(hide = true)]
     Bench {
@@ -431,6 +437,7 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             on,
             cmd,
         } => fault(&action, value.as_deref(), node, on, cmd),
+        Sub::Exercise { cmd } => exercise::exercise(cmd),
         Sub::Bench { runs, topology } => bench(runs, topology),
         Sub::Daemon { topology, dir } => daemon(topology, &dir),
     }

@@ -236,6 +236,7 @@ fn passthrough_env() -> Vec<(String, String)> {
                 | "RUST_LOG"
                 | "LAB_DEVICE"
                 | "LAB_TIMEOUT_SECS"
+                | "LAB_EXERCISE_IMPL"
                 | "NO_COLOR"
                 | "CLICOLOR"
                 | "CARGO_MANIFEST_DIR"
