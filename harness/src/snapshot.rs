@@ -174,6 +174,7 @@ fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Resu
     let launch = Launch {
         incoming: Some(file.to_path_buf()),
     };
+    let t0 = Instant::now();
     let vm = vm::start_one_with(plan, dir, None, smp, mem, None, Some(&launch))?;
     let mut gate = connect_sock(&gate_sock(dir, "a"), &vm, deadline)?;
     let mut q = qmp(dir, &vm, deadline)?;
@@ -189,10 +190,17 @@ fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Resu
         std::thread::sleep(Duration::from_millis(5));
     }
     q.execute("cont", "")?;
+    let loaded = t0.elapsed().as_secs_f64();
     go_ahead(&mut gate)?;
     let conn = vm::connect(&vm, deadline)?;
     drop(gate);
-    record(dir, "restored from a snapshot");
+    record(
+        dir,
+        &format!(
+            "restored from a snapshot (loaded in {loaded:.2} s, agent ready {:.2} s later)",
+            t0.elapsed().as_secs_f64() - loaded
+        ),
+    );
     Ok((vm, conn))
 }
 
@@ -280,6 +288,65 @@ fn save(dir: &Path, vm: &Vm, file: &Path) -> Result<()> {
     cont?;
     prune(file);
     Ok(())
+}
+
+/// The host's `rdma` (iproute2).
+fn rdma_binary() -> Option<PathBuf> {
+    ["/usr/bin/rdma", "/usr/sbin/rdma", "/sbin/rdma", "/bin/rdma"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// What the initramfs's key takes from `rdma`: its path, size and time.
+pub fn rdma_identity() -> String {
+    rdma_binary().map(|p| identity(&p)).unwrap_or_default()
+}
+
+/// `rdma/rdma`, the shared objects `ldd` names for it and `rdma/ld.so` (its interpreter), for
+/// the initramfs: init runs `/rdma/ld.so --library-path /rdma /rdma/rdma`. Empty when there is
+/// no `rdma` or `ldd` (then the agent adds rxe0 after the gate, as without snapshots).
+pub fn rdma_entries() -> Vec<initramfs::Entry> {
+    let Some(bin) = rdma_binary() else {
+        return vec![];
+    };
+    let Ok(out) = std::process::Command::new("ldd")
+        .arg(&bin)
+        .stdin(std::process::Stdio::null())
+        .output()
+    else {
+        return vec![];
+    };
+    let mut files = vec![("rdma".to_string(), bin)];
+    let mut interp = false;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let l = l.trim();
+        if let Some((name, rest)) = l.split_once(" => ") {
+            let lib = rest.split(" (").next().unwrap_or("").trim();
+            if lib.starts_with('/') {
+                files.push((name.to_string(), PathBuf::from(lib)));
+            }
+        } else if l.starts_with('/') && l.contains("ld-linux") {
+            interp = true;
+            let p = l.split(" (").next().unwrap_or("").trim();
+            files.push(("ld.so".to_string(), PathBuf::from(p)));
+        }
+    }
+    if !out.status.success() || !interp {
+        return vec![];
+    }
+    let mut e = vec![initramfs::Entry::Dir("rdma".into())];
+    for (name, p) in files {
+        let Ok(data) = std::fs::read(&p) else {
+            return vec![];
+        };
+        e.push(initramfs::Entry::File {
+            path: format!("rdma/{name}"),
+            mode: 0o755,
+            data,
+        });
+    }
+    e
 }
 
 /// Keeps the three newest snapshots in the cache dir (each is about 100 MB).
