@@ -155,7 +155,8 @@ pub fn boot_loopback(plan: &BootPlan, opts: &VmOptions, dir: &Path) -> Result<(V
                     file.display()
                 );
                 let _ = std::fs::remove_file(&file);
-                record(dir, &format!("booted cold after a failed restore ({why})"));
+                let how = format!("booted cold after a failed restore ({why})");
+                return cold_and_save(plan, opts, dir, &file, &how);
             }
         }
     } else if m == Mode::Require {
@@ -165,7 +166,7 @@ pub fn boot_loopback(plan: &BootPlan, opts: &VmOptions, dir: &Path) -> Result<(V
             file.display()
         );
     }
-    cold_and_save(plan, opts, dir, &file)
+    cold_and_save(plan, opts, dir, &file, "booted cold")
 }
 
 /// Loads `file` into a new VM and lets it go on; every step has a deadline.
@@ -206,7 +207,13 @@ fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Resu
 
 /// A cold boot with the gate: at the gate, save the VM to `file`, then let it go on. A save
 /// that fails costs a warning, not the lab.
-fn cold_and_save(plan: &BootPlan, opts: &VmOptions, dir: &Path, file: &Path) -> Result<(Vm, Conn)> {
+fn cold_and_save(
+    plan: &BootPlan,
+    opts: &VmOptions,
+    dir: &Path,
+    file: &Path,
+    how: &str,
+) -> Result<(Vm, Conn)> {
     let deadline = Instant::now() + opts.boot_timeout;
     let launch = Launch { incoming: None };
     let vm = vm::start_one_with(
@@ -239,13 +246,13 @@ fn cold_and_save(plan: &BootPlan, opts: &VmOptions, dir: &Path, file: &Path) -> 
         Ok(()) => record(
             dir,
             &format!(
-                "booted cold and saved a snapshot in {:.2} s",
+                "{how}, saved a snapshot in {:.2} s,",
                 t0.elapsed().as_secs_f64()
             ),
         ),
         Err(e) => {
             eprintln!("harness: warning: saving the lab's snapshot failed: {e:#}");
-            record(dir, "booted cold (saving the snapshot failed)");
+            record(dir, &format!("{how} (saving the snapshot failed)"));
         }
     }
     go_ahead(&mut gate)?;
