@@ -180,7 +180,18 @@ fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Resu
     let mut gate = connect_sock(&gate_sock(dir, "a"), &vm, deadline)?;
     let mut q = qmp(dir, &vm, deadline)?;
     loop {
-        let r = q.execute("query-migrate", "")?;
+        let r = match q.execute("query-migrate", "") {
+            Ok(r) => r,
+            Err(e) => {
+                // The monitor goes with QEMU: say why QEMU exited, when it did.
+                let t = Instant::now();
+                while vm.exited().is_none() && t.elapsed() < Duration::from_secs(2) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                check(&vm, deadline, "loading the snapshot")?;
+                return Err(e);
+            }
+        };
         if r.contains("\"completed\"") {
             break;
         }
@@ -384,7 +395,7 @@ fn check(vm: &Vm, deadline: Instant, what: &str) -> Result<()> {
     if let Some(st) = vm.exited() {
         bail!(
             "QEMU exited while {what} ({st}): {}",
-            vm::tail(&vm.qemu_log, 3)
+            vm::tail(&vm.qemu_log, 3).replace('\n', " / ")
         );
     }
     if Instant::now() > deadline {
