@@ -20,6 +20,43 @@ $bb mount -t sysfs sys /sys
 $bb mount -t devtmpfs dev /dev
 fail() { echo "lab-init: $*"; $bb poweroff -f; }
 for m in $($bb cat /mods/order); do $bb insmod /mods/$m || echo "lab-init: insmod $m failed"; done
+# LAB_GATE: the host saves (or has restored) the VM here, before the 9p mount that would block
+# it (harness/src/snapshot.rs); its go-ahead carries its time and random bytes.
+# The loopback lab's network and rxe0 (docs/conventions.md §2) are set up here too, so that the
+# saved state has them: busybox's ip and the host's rdma (in /rdma); busybox names a veth's peer
+# itself. The agent finds rxe0 and only waits for its GID; on a failure here it sets it up.
+net() {
+  $bb ip link set lo up && $bb ip link add labtmp0 type veth || return 1
+  pi=$($bb cat /sys/class/net/labtmp0/iflink); peer=
+  for n in /sys/class/net/*; do [ "$($bb cat $n/ifindex)" = "$pi" ] && peer=${n##*/}; done
+  [ -n "$peer" ] || return 1
+  [ "$peer" = veth1 ] || $bb ip link set $peer name veth1 || return 1
+  $bb ip link set labtmp0 name veth0 && $bb ip link set veth0 address 52:54:00:00:00:01 || return 1
+  $bb ip addr add 10.99.0.1/24 dev veth0 && $bb ip link set veth0 up && $bb ip link set veth1 up || return 1
+  /rdma/ld.so --library-path /rdma /rdma/rdma link add rxe0 type rxe netdev veth0 || return 1
+  g=/sys/class/infiniband/rxe0/ports/1; i=0
+  while [ $i -lt 1000 ]; do
+    $bb grep -q ACTIVE $g/state 2>/dev/null && $bb grep -qx 0000:0000:0000:0000:0000:ffff:0a63:0001 $g/gids/* 2>/dev/null && return 0
+    $bb usleep 10000; i=$((i+1))
+  done
+  return 1
+}
+if [ -n "$LAB_GATE" ]; then
+  if [ -z "$LAB_NODE" ] && [ -x /rdma/ld.so ]; then net || echo "lab-init: the network before the gate failed"; fi
+  gp=; i=0
+  while [ -z "$gp" ] && [ $i -lt 500 ]; do
+    for p in /sys/class/virtio-ports/*; do [ "$($bb cat $p/name 2>/dev/null)" = lab.gate ] && [ -e /dev/${p##*/} ] && gp=/dev/${p##*/}; done
+    [ -z "$gp" ] && $bb usleep 10000; i=$((i+1))
+  done
+  echo "lab-init: at the gate"
+  i=0
+  while [ -n "$gp" ] && [ $i -lt 3000 ]; do
+    set -- $($bb head -c 160 $gp 2>/dev/null)
+    [ "$1" = go ] && break
+    $bb usleep 10000; i=$((i+1))
+  done
+  if [ "$1" = go ]; then $bb date -s @$2 >/dev/null; echo "$3" > /dev/urandom; else echo "lab-init: no go-ahead from the host; going on"; fi
+fi
 $bb mount -t 9p -o trans=virtio,version=9p2000.L,ro,${LAB_9P:-msize=262144} hostroot /host || fail "mounting the host's root over 9p failed"
 $bb mount -t tmpfs -o mode=0755 tmpfs /rw || fail "tmpfs"
 $bb mkdir -p /rw/up /rw/work
@@ -186,6 +223,8 @@ pub fn entries(
         mode: 0o755,
         data: agent.to_vec(),
     });
+    // The host's rdma, for init to add rxe0 before the snapshot's gate.
+    e.extend(crate::snapshot::rdma_entries());
     if let Some(config) = kernel_config(kernel) {
         let data =
             std::fs::read(&config).with_context(|| format!("reading {}", config.display()))?;
@@ -278,6 +317,7 @@ pub fn cached(kernel: &Kernel, wanted: &[&str], agent: &[u8]) -> Result<PathBuf>
             .as_bytes(),
         agent,
         &busybox,
+        crate::snapshot::rdma_identity().as_bytes(),
     ]);
     let path = cache_dir().join(format!("initramfs-{}-{key:016x}.cpio", kernel.version));
     if path.is_file() {

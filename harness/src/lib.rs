@@ -9,7 +9,7 @@
 //!
 //! Layout: [`kernel`] finds the kernel and module order, [`kernel_fetch`] fetches other
 //! kernels from the distribution's archive, [`initramfs`] builds the cached
-//! initramfs, [`vm`] runs QEMU, [`testbed`] hands out labs (boot, attach to a daemon, native),
+//! initramfs, [`vm`] runs QEMU ([`snapshot`]: the loopback VM restored from a saved state), [`testbed`] hands out labs (boot, attach to a daemon, native),
 //! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
 //! `chapters/course.toml`, [`exercises`] `chapters/exercises.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
@@ -34,6 +34,7 @@ pub use contracts::proto;
 pub mod redact;
 /// Runs commands with the protocol's semantics (std only; shared with the guest agent).
 pub mod runner;
+pub mod snapshot;
 pub mod testbed;
 pub mod testing;
 /// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).

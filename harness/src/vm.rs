@@ -15,6 +15,7 @@
 use crate::conn::Conn;
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
+use crate::snapshot;
 use crate::userspace::{self, Userspace};
 use crate::wire::cable::Cable;
 use crate::{Node, Topology};
@@ -474,14 +475,12 @@ pub fn start_one(
     mem_mb: u32,
     wire: Option<Wire>,
 ) -> Result<Vm> {
-    // The loopback VM's files are named as node a's.
-    let tag = node.unwrap_or(Node::A).name();
-    let console = dir.join(format!("console-{tag}.log"));
-    let qemu_log = dir.join(format!("qemu-{tag}.log"));
-    let agent_sock = dir.join(format!("agent-{tag}.sock"));
-    let _ = std::fs::remove_file(&agent_sock);
-    let qmp_sock = dir.join(format!("qmp-{tag}.sock"));
-    let _ = std::fs::remove_file(&qmp_sock);
+    start_one_with(plan, dir, node, smp, mem_mb, wire, None)
+}
+
+/// The kernel command line of a VM; `gate`: init waits for the host's go-ahead before it
+/// mounts the host's root (snapshot.rs).
+pub fn append_for(plan: &BootPlan, node: Option<Node>, gate: bool) -> String {
     // no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can miss its
     // window and panic ("IO-APIC + timer doesn't work!"), seen here at load 6+.
     // cryptomgr.notests + initcall_blacklist: builtin initcalls that only self-test crypto or
@@ -513,6 +512,33 @@ pub fn start_one(
     if let Some(n) = node {
         append.push_str(&format!(" LAB_NODE={}", n.name()));
     }
+    if gate {
+        append.push_str(" LAB_GATE=1");
+    }
+    append
+}
+
+/// [`start_one`], with what a snapshot's save or restore adds (snapshot.rs).
+pub fn start_one_with(
+    plan: &BootPlan,
+    dir: &Path,
+    node: Option<Node>,
+    smp: u32,
+    mem_mb: u32,
+    wire: Option<Wire>,
+    snap: Option<&snapshot::Launch>,
+) -> Result<Vm> {
+    // The loopback VM's files are named as node a's.
+    let tag = node.unwrap_or(Node::A).name();
+    let console = dir.join(format!("console-{tag}.log"));
+    let qemu_log = dir.join(format!("qemu-{tag}.log"));
+    let agent_sock = dir.join(format!("agent-{tag}.sock"));
+    let _ = std::fs::remove_file(&agent_sock);
+    let qmp_sock = dir.join(format!("qmp-{tag}.sock"));
+    let _ = std::fs::remove_file(&qmp_sock);
+    let gate_sock = snapshot::gate_sock(dir, tag);
+    let _ = std::fs::remove_file(&gate_sock);
+    let append = append_for(plan, node, snap.is_some());
     let mut cmd = tied_command(&qemu_binary()?);
     cmd.args([
         "-no-user-config",
@@ -563,6 +589,9 @@ pub fn start_one(
     // the VM.
     .arg("-qmp")
     .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()));
+    if let Some(l) = snap {
+        cmd.args(snapshot::qemu_args(l, &gate_sock));
+    }
     if let Some(w) = &wire {
         // A stream, not a datagram socket: see wire/cable.rs for why (no loss under load).
         cmd.arg("-netdev").arg(format!(
@@ -634,16 +663,11 @@ pub type Booted = (Vec<(Vm, Conn)>, Option<Cable>);
 /// Boots the VMs of a topology in `dir` and connects to their agents.
 pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -> Result<Booted> {
     let deadline = Instant::now() + opts.boot_timeout;
-    let mut cable = None;
-    let vms = match topology {
-        Topology::Loopback => vec![start_one(
-            plan,
-            dir,
-            None,
-            opts.loopback_smp,
-            opts.mem_mb,
-            None,
-        )?],
+    let (vms, cable) = match topology {
+        // Restored from its snapshot when it can be (snapshot.rs).
+        Topology::Loopback => {
+            return Ok((vec![snapshot::boot_loopback(plan, opts, dir)?], None));
+        }
         Topology::Pair => {
             let c = Cable::start(dir)?;
             let a = start_one(
@@ -662,8 +686,7 @@ pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -
                 opts.mem_mb,
                 Some(Wire::of(&c, Node::B, None)),
             )?;
-            cable = Some(c);
-            vec![a, b]
+            (vec![a, b], Some(c))
         }
     };
     let mut out = vec![];

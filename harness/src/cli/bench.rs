@@ -45,13 +45,25 @@ pub(super) fn bench(runs: usize, t: TopoArg) -> Result<i32> {
         plan.accel.name()
     );
     let mut boots = vec![];
+    let mut ups = vec![];
+    let mut ibvs = vec![];
     let mut execs = vec![];
     let mut cpus = vec![];
     for i in 0..runs {
         let t0 = Instant::now();
         let lab = Testbed::boot(t, &opts)?;
+        let up = t0.elapsed().as_secs_f64();
         let out = lab.run(Node::A, &Cmd::new(["true"]), Duration::from_secs(30))?;
         let boot = t0.elapsed().as_secs_f64();
+        // The first verbs program: ibv_devices and its libraries paged in over 9p.
+        let t1 = Instant::now();
+        let dev = lab.run(Node::A, &Cmd::new(["ibv_devices"]), Duration::from_secs(60))?;
+        let first_ibv = t1.elapsed().as_secs_f64();
+        if dev.status != ExitStatus::Code(0)
+            || !String::from_utf8_lossy(&dev.stdout).contains("rxe")
+        {
+            bail!("`ibv_devices` in the lab: {:?}", dev.status);
+        }
         let cpu: f64 = lab.vm_pids().iter().map(|p| cpu_secs(*p)).sum();
         if out.status != ExitStatus::Code(0) {
             bail!("`true` failed in the lab: {:?}", out.status);
@@ -69,18 +81,23 @@ pub(super) fn bench(runs: usize, t: TopoArg) -> Result<i32> {
             .map(|p| format!("{:.0}", rss_mb(*p)))
             .collect();
         println!(
-            "run {}: boot to first command {boot:.2} s (qemu CPU {cpu:.1} s), exec `true` median {exec_ms:.0} ms, qemu RSS MiB {}",
+            "run {}: up {up:.2} s, boot to first command {boot:.2} s (qemu CPU {cpu:.1} s), first `ibv_devices` {first_ibv:.2} s, exec `true` median {exec_ms:.0} ms, qemu RSS MiB {}; {}",
             i + 1,
-            rss.join("+")
+            rss.join("+"),
+            lab.origin
         );
         cpus.push(cpu);
+        ups.push(up);
+        ibvs.push(first_ibv);
         boots.push(boot);
         execs.push(exec_ms);
     }
     println!(
-        "median over {runs}: boot to first command {:.2} s (qemu CPU {:.1} s), exec {:.0} ms",
+        "median over {runs}: up {:.2} s, boot to first command {:.2} s (qemu CPU {:.1} s), first `ibv_devices` {:.2} s, exec {:.0} ms",
+        median(&mut ups),
         median(&mut boots),
         median(&mut cpus),
+        median(&mut ibvs),
         median(&mut execs)
     );
     Ok(0)

@@ -313,6 +313,7 @@ impl Testbed {
             }
         };
         let (booted, cable) = booted;
+        let how = crate::snapshot::how(&dir);
         let mut nodes = vec![];
         let mut vms = vec![];
         for (v, c) in booted {
@@ -350,7 +351,8 @@ impl Testbed {
             dir: Some(dir),
             owned_dir: owned,
             origin: format!(
-                "booted in {:.1} s ({}, kernel {}{})",
+                "{} in {:.1} s ({}, kernel {}{})",
+                how,
                 t0.elapsed().as_secs_f64(),
                 plan.accel.name(),
                 plan.kernel.version,

@@ -1,0 +1,443 @@
+//! The loopback lab from a QEMU snapshot: a cold boot saves the VM just before init mounts the
+//! host's root, and later labs load that state instead of booting the kernel again.
+//!
+//! Why there: QEMU refuses to migrate a VM whose guest has mounted a 9p share (the blocker is
+//! added when the guest attaches), so the state is saved after the kernel has booted and the
+//! modules are loaded, and before the mount. Init waits there for the host's go-ahead on a
+//! second virtio-serial port, `lab.gate` (only when the kernel command line has `LAB_GATE=1`;
+//! the init script is in initramfs.rs). The go-ahead carries the host's time (init sets the
+//! guest's clock from it, to the second) and 64 random bytes (written to /dev/urandom, so two
+//! labs restored from one state do not share their entropy pool).
+//!
+//! - Save (the first boot, or after any key change): `stop`, `migrate` to `exec:cat > FILE`
+//!   (QEMU 7.2 has no `file:` URI nor mapped-ram), `cont`, go-ahead.
+//! - Restore: the same command line plus `-incoming exec:cat FILE`; wait for the incoming
+//!   migration, `cont` (the source was stopped, so QEMU does not start it by itself), go-ahead.
+//!   Anything wrong (QEMU exits, the migration fails, no agent within [`RESTORE_LIMIT`]):
+//!   a warning on stderr, the file is removed and the lab boots cold, saving a new one.
+//! - The file, `snapshot-loopback-<key>.qemu` in the cache dir, is keyed by the QEMU binary,
+//!   the kernel image, the initramfs (its name carries the hash of its contents, the agent
+//!   included), the kernel command line, memory, vCPUs and accelerator: any change makes a new
+//!   one. The three newest are kept.
+//!
+//! `LAB_SNAPSHOT=0` turns this off (the boot is the cold boot of before, without the gate);
+//! `LAB_SNAPSHOT=require` makes a lab that cannot be restored an error instead of a cold boot.
+//! The pair still boots cold.
+
+use crate::conn::Conn;
+use crate::initramfs;
+use crate::vm::{self, BootPlan, Vm, VmOptions};
+use crate::wire::qmp::{Qmp, json_str};
+use anyhow::{Context as _, Result, bail};
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The longest a restore may take, from QEMU's start to the agent's Ready, before the lab
+/// falls back to a cold boot.
+pub const RESTORE_LIMIT: Duration = Duration::from_secs(60);
+
+/// The longest the save (stop, migrate, cont) may take.
+const SAVE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Bumped when the layout of the saved state changes (the init script's gate, say).
+const FORMAT: &[u8] = b"rxe-lab snapshot 1";
+
+/// What a VM start adds for the snapshot: the gate port, and the state to load.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// `Some`: start with `-incoming exec:cat FILE`.
+    pub incoming: Option<PathBuf>,
+}
+
+/// The `LAB_SNAPSHOT` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    On,
+    Require,
+}
+
+pub fn mode() -> Mode {
+    match std::env::var("LAB_SNAPSHOT").as_deref().map(str::trim) {
+        Ok("0") | Ok("off") | Ok("no") => Mode::Off,
+        Ok("require") => Mode::Require,
+        _ => Mode::On,
+    }
+}
+
+/// How a lab's VM came up, written to `boot-kind` in its state dir.
+pub fn how(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("boot-kind")).unwrap_or_else(|_| "booted".into())
+}
+
+fn record(dir: &Path, what: &str) {
+    let _ = std::fs::write(dir.join("boot-kind"), what);
+}
+
+/// The gate's socket (host side of the `lab.gate` port).
+pub fn gate_sock(dir: &Path, tag: &str) -> PathBuf {
+    dir.join(format!("gate-{tag}.sock"))
+}
+
+/// QEMU's arguments for a [`Launch`] (the append gets `LAB_GATE=1` in vm.rs).
+pub fn qemu_args(launch: &Launch, gate: &Path) -> Vec<String> {
+    let mut a = vec![
+        "-chardev".to_string(),
+        format!("socket,id=gate,path={},server=on,wait=off", gate.display()),
+        "-device".into(),
+        "virtserialport,chardev=gate,name=lab.gate".into(),
+    ];
+    if let Some(f) = &launch.incoming {
+        a.push("-incoming".into());
+        a.push(format!("exec:cat {}", shell_quote(f)));
+    }
+    a
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
+}
+
+/// Size and modification time of a file, for a key.
+fn identity(p: &Path) -> String {
+    let m = std::fs::metadata(p);
+    let len = m.as_ref().map(|m| m.len()).unwrap_or(0);
+    let mtime = m
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}:{len}:{mtime}", p.display())
+}
+
+/// The snapshot file of the loopback VM booted by `plan` with this command line.
+pub fn path(plan: &BootPlan, append: &str, smp: u32, mem_mb: u32) -> Result<PathBuf> {
+    let qemu = vm::qemu_binary()?;
+    let key = initramfs::fnv64(&[
+        FORMAT,
+        identity(&qemu).as_bytes(),
+        identity(&plan.image).as_bytes(),
+        identity(&plan.initrd).as_bytes(),
+        append.as_bytes(),
+        format!("{smp} {mem_mb} {}", plan.accel.name()).as_bytes(),
+    ]);
+    Ok(initramfs::cache_dir().join(format!("snapshot-loopback-{key:016x}.qemu")))
+}
+
+/// Boots the loopback VM: restored from its snapshot when there is one, else cold (saving one).
+pub fn boot_loopback(plan: &BootPlan, opts: &VmOptions, dir: &Path) -> Result<(Vm, Conn)> {
+    let (smp, mem) = (opts.loopback_smp, opts.mem_mb);
+    let m = mode();
+    record(dir, "booted");
+    if m == Mode::Off {
+        let vm = vm::start_one(plan, dir, None, smp, mem, None)?;
+        let conn = vm::connect(&vm, Instant::now() + opts.boot_timeout)?;
+        return Ok((vm, conn));
+    }
+    let file = path(plan, &vm::append_for(plan, None, true), smp, mem)?;
+    if file.is_file() {
+        match restore(plan, dir, smp, mem, &file) {
+            Ok(r) => return Ok(r),
+            Err(e) if m == Mode::Require => {
+                return Err(e.context(format!(
+                    "LAB_SNAPSHOT=require: the snapshot {} did not restore",
+                    file.display()
+                )));
+            }
+            Err(e) => {
+                let why = format!("{e:#}").lines().next().unwrap_or("").to_string();
+                eprintln!(
+                    "harness: warning: the lab's snapshot {} did not restore ({why}); removing \
+                     it and booting cold (LAB_SNAPSHOT=0 turns snapshots off)",
+                    file.display()
+                );
+                let _ = std::fs::remove_file(&file);
+                let how = format!("booted cold after a failed restore ({why})");
+                return cold_and_save(plan, opts, dir, &file, &how);
+            }
+        }
+    } else if m == Mode::Require {
+        bail!(
+            "LAB_SNAPSHOT=require, but there is no snapshot {} (a lab booted with snapshots on \
+             saves it)",
+            file.display()
+        );
+    }
+    cold_and_save(plan, opts, dir, &file, "booted cold")
+}
+
+/// Loads `file` into a new VM and lets it go on; every step has a deadline.
+fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Result<(Vm, Conn)> {
+    let deadline = Instant::now() + RESTORE_LIMIT;
+    let launch = Launch {
+        incoming: Some(file.to_path_buf()),
+    };
+    let t0 = Instant::now();
+    let vm = vm::start_one_with(plan, dir, None, smp, mem, None, Some(&launch))?;
+    let mut gate = connect_sock(&gate_sock(dir, "a"), &vm, deadline)?;
+    let mut q = qmp(dir, &vm, deadline)?;
+    loop {
+        let r = match q.execute("query-migrate", "") {
+            Ok(r) => r,
+            Err(e) => {
+                // The monitor goes with QEMU: say why QEMU exited, when it did.
+                let t = Instant::now();
+                while vm.exited().is_none() && t.elapsed() < Duration::from_secs(2) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                check(&vm, deadline, "loading the snapshot")?;
+                return Err(e);
+            }
+        };
+        if r.contains("\"completed\"") {
+            break;
+        }
+        if r.contains("\"failed\"") {
+            bail!("QEMU could not load it ({})", vm::tail(&vm.qemu_log, 3));
+        }
+        check(&vm, deadline, "loading the snapshot")?;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    q.execute("cont", "")?;
+    let loaded = t0.elapsed().as_secs_f64();
+    go_ahead(&mut gate)?;
+    let conn = vm::connect(&vm, deadline)?;
+    drop(gate);
+    record(
+        dir,
+        &format!(
+            "restored from a snapshot (loaded in {loaded:.2} s, agent ready {:.2} s later)",
+            t0.elapsed().as_secs_f64() - loaded
+        ),
+    );
+    Ok((vm, conn))
+}
+
+/// A cold boot with the gate: at the gate, save the VM to `file`, then let it go on. A save
+/// that fails costs a warning, not the lab.
+fn cold_and_save(
+    plan: &BootPlan,
+    opts: &VmOptions,
+    dir: &Path,
+    file: &Path,
+    how: &str,
+) -> Result<(Vm, Conn)> {
+    let deadline = Instant::now() + opts.boot_timeout;
+    let launch = Launch { incoming: None };
+    let vm = vm::start_one_with(
+        plan,
+        dir,
+        None,
+        opts.loopback_smp,
+        opts.mem_mb,
+        None,
+        Some(&launch),
+    )?;
+    let mut gate = connect_sock(&gate_sock(dir, "a"), &vm, deadline)?;
+    // Init says so on the console once it reads the gate.
+    loop {
+        let text = std::fs::read(&vm.console).unwrap_or_default();
+        if String::from_utf8_lossy(&text).contains("lab-init: at the gate") {
+            break;
+        }
+        if let Err(e) = check(&vm, deadline, "booting to the gate") {
+            bail!(
+                "{e:#}\n--- last lines of {} ---\n{}",
+                vm.console.display(),
+                vm::tail(&vm.console, 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    match save(dir, &vm, file) {
+        Ok(()) => record(
+            dir,
+            &format!(
+                "{how}, saved a snapshot in {:.2} s,",
+                t0.elapsed().as_secs_f64()
+            ),
+        ),
+        Err(e) => {
+            eprintln!("harness: warning: saving the lab's snapshot failed: {e:#}");
+            record(dir, &format!("{how} (saving the snapshot failed)"));
+        }
+    }
+    go_ahead(&mut gate)?;
+    let conn = vm::connect(&vm, deadline)?;
+    drop(gate);
+    Ok((vm, conn))
+}
+
+/// `stop`, `migrate` into a temporary file, rename it to `file`, and `cont` whatever happened.
+fn save(dir: &Path, vm: &Vm, file: &Path) -> Result<()> {
+    let deadline = Instant::now() + SAVE_LIMIT;
+    let mut q = qmp(dir, vm, deadline)?;
+    let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::create_dir_all(file.parent().context("no cache dir")?)?;
+    let r = (|| -> Result<()> {
+        q.execute("stop", "")?;
+        // QEMU 7.2 limits a migration to 128 MiB/s by default.
+        q.execute("migrate-set-parameters", "{\"max-bandwidth\":107374182400}")?;
+        let uri = format!("exec:cat > {}", shell_quote(&tmp));
+        q.execute("migrate", &format!("{{\"uri\":{}}}", json_str(&uri)))?;
+        loop {
+            let r = q.execute("query-migrate", "")?;
+            if r.contains("\"completed\"") {
+                break;
+            }
+            if r.contains("\"failed\"") {
+                bail!("the migration failed: {}", r.trim());
+            }
+            check(vm, deadline, "saving the snapshot")?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::rename(&tmp, file).with_context(|| format!("renaming to {}", file.display()))?;
+        Ok(())
+    })();
+    let cont = q.execute("cont", "");
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r?;
+    cont?;
+    prune(file);
+    Ok(())
+}
+
+/// The host's `rdma` (iproute2).
+fn rdma_binary() -> Option<PathBuf> {
+    ["/usr/bin/rdma", "/usr/sbin/rdma", "/sbin/rdma", "/bin/rdma"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// What the initramfs's key takes from `rdma`: its path, size and time.
+pub fn rdma_identity() -> String {
+    rdma_binary().map(|p| identity(&p)).unwrap_or_default()
+}
+
+/// `rdma/rdma`, the shared objects `ldd` names for it and `rdma/ld.so` (its interpreter), for
+/// the initramfs: init runs `/rdma/ld.so --library-path /rdma /rdma/rdma`. Empty when there is
+/// no `rdma` or `ldd` (then the agent adds rxe0 after the gate, as without snapshots).
+pub fn rdma_entries() -> Vec<initramfs::Entry> {
+    let Some(bin) = rdma_binary() else {
+        return vec![];
+    };
+    let Ok(out) = std::process::Command::new("ldd")
+        .arg(&bin)
+        .stdin(std::process::Stdio::null())
+        .output()
+    else {
+        return vec![];
+    };
+    let mut files = vec![("rdma".to_string(), bin)];
+    let mut interp = false;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let l = l.trim();
+        if let Some((name, rest)) = l.split_once(" => ") {
+            let lib = rest.split(" (").next().unwrap_or("").trim();
+            if lib.starts_with('/') {
+                files.push((name.to_string(), PathBuf::from(lib)));
+            }
+        } else if l.starts_with('/') && l.contains("ld-linux") {
+            interp = true;
+            let p = l.split(" (").next().unwrap_or("").trim();
+            files.push(("ld.so".to_string(), PathBuf::from(p)));
+        }
+    }
+    if !out.status.success() || !interp {
+        return vec![];
+    }
+    let mut e = vec![initramfs::Entry::Dir("rdma".into())];
+    for (name, p) in files {
+        let Ok(data) = std::fs::read(&p) else {
+            return vec![];
+        };
+        e.push(initramfs::Entry::File {
+            path: format!("rdma/{name}"),
+            mode: 0o755,
+            data,
+        });
+    }
+    e
+}
+
+/// Keeps the three newest snapshots in the cache dir (each is about 100 MB).
+fn prune(keep: &Path) {
+    let Some(dir) = keep.parent() else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut all: Vec<(SystemTime, PathBuf)> = rd
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("snapshot-") && n.ends_with(".qemu")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    all.sort();
+    all.reverse();
+    for (_, p) in all.into_iter().skip(3) {
+        if p != keep {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// An error if QEMU exited or the deadline passed.
+fn check(vm: &Vm, deadline: Instant, what: &str) -> Result<()> {
+    if let Some(st) = vm.exited() {
+        bail!(
+            "QEMU exited while {what} ({st}): {}",
+            vm::tail(&vm.qemu_log, 3).replace('\n', " / ")
+        );
+    }
+    if Instant::now() > deadline {
+        bail!("{what} took too long");
+    }
+    Ok(())
+}
+
+fn connect_sock(sock: &Path, vm: &Vm, deadline: Instant) -> Result<UnixStream> {
+    loop {
+        match UnixStream::connect(sock) {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                check(
+                    vm,
+                    deadline,
+                    &format!("connecting to {} ({e})", sock.display()),
+                )?;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+fn qmp(dir: &Path, vm: &Vm, deadline: Instant) -> Result<Qmp> {
+    let sock = dir.join("qmp-a.sock");
+    connect_sock(&sock, vm, deadline)?;
+    Qmp::connect(&sock)
+}
+
+/// The go-ahead: `go <unix seconds> <128 hex digits of host randomness>`, padded to the 160
+/// bytes init reads. The caller keeps the socket open until the agent is ready: a closed host
+/// end reads as end of file in the guest.
+fn go_ahead(gate: &mut UnixStream) -> Result<()> {
+    let mut rnd = [0u8; 64];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut rnd))
+        .context("reading /dev/urandom")?;
+    let hex: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let msg = format!("{:<160}", format!("go {now} {hex}"));
+    gate.write_all(msg.as_bytes())
+        .context("sending the go-ahead to the VM")?;
+    Ok(())
+}
