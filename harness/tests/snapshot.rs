@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn opts() -> VmOptions {
-    VmOptions::from_env()
+    VmOptions::from_env().expect("the LAB_* options of the environment")
 }
 
 /// The snapshot file of `plan`'s loopback VM.
