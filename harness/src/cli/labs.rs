@@ -1,6 +1,17 @@
 //! Labs: `up`, `status`, `down`, and the daemon `up` starts (its relay sockets, its logs).
 
-use super::*;
+use super::interrupted;
+use crate::course::workspace_root;
+use crate::testbed::{Provider, Testbed};
+use crate::vm::VmOptions;
+use crate::{Topology, testbed, vm};
+use anyhow::{Context as _, Result, bail};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Where `up` keeps labs and `exec` finds them: `LAB_STATE_DIR`, else this workspace's. Outside
 /// any rxe-lab workspace (cargo's runner in another project, an installed `cargo-lab`): one

@@ -7,23 +7,13 @@
 //! Every error names the next command to run; every wait has a deadline; Ctrl-C tears down
 //! what the command started.
 
-use crate::conn::{Cmd, Event};
-use crate::course::{Chapter, Course, workspace_root};
-use crate::proto::ExitStatus;
-use crate::testbed::{self, Provider, Testbed};
-use crate::testing::{self, Transcript};
-use crate::vm::{self, VmOptions};
+use crate::course::workspace_root;
 use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
-use std::io::{BufRead as _, Write as _};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
 mod bench;
 mod book;
@@ -33,14 +23,6 @@ mod exec;
 mod labs;
 mod suite;
 mod wire;
-use bench::*;
-use book::*;
-use chapters::*;
-use doctor::*;
-use exec::*;
-use labs::*;
-use suite::*;
-use wire::*;
 
 /// scripts/setup.sh, embedded: the one source of truth for what the project needs.
 pub const SETUP_SH: &str = include_str!("../../../scripts/setup.sh");
@@ -335,29 +317,29 @@ pub fn main() -> i32 {
 
 fn dispatch(cmd: Sub) -> Result<i32> {
     match cmd {
-        Sub::Doctor => doctor(),
+        Sub::Doctor => doctor::doctor(),
         Sub::Setup {
             vm,
             native,
             dev,
             book,
             print,
-        } => setup(vm, native, dev, book, print),
+        } => doctor::setup(vm, native, dev, book, print),
         Sub::Up { topology } => {
             for t in topology.list() {
-                up(t, true)?;
+                labs::up(t, true)?;
             }
             eprintln!("next: `cargo lab exec -- ibv_devinfo`; `cargo lab down` stops the labs");
             Ok(0)
         }
-        Sub::Status => status(),
+        Sub::Status => labs::status(),
         Sub::Book {
             out,
             serve,
             port,
             serve_secs,
-        } => book(out, serve, port, serve_secs),
-        Sub::Down { topology } => down(&topology.list()),
+        } => book::book(out, serve, port, serve_secs),
+        Sub::Down { topology } => labs::down(&topology.list()),
         Sub::Exec {
             node,
             topology,
@@ -370,20 +352,20 @@ fn dispatch(cmd: Sub) -> Result<i32> {
                 if cargo {
                     bail!("--trace and --cargo cannot be used together");
                 }
-                exec_traced(node, topology, &env, cmd, &file)
+                exec::exec_traced(node, topology, &env, cmd, &file)
             } else if cargo {
-                exec_cargo(node, topology, &env, cmd)
+                exec::exec_cargo(node, topology, &env, cmd)
             } else {
-                exec(node, topology, &env, cmd)
+                exec::exec(node, topology, &env, cmd)
             }
         }
-        Sub::Shell { node, topology } => shell(node, topology),
-        Sub::List => list(),
+        Sub::Shell { node, topology } => exec::shell(node, topology),
+        Sub::List => chapters::list(),
         Sub::Run {
             chapter,
             trace,
             args,
-        } => run(&chapter, &args, trace.as_deref()),
+        } => chapters::run(&chapter, &args, trace.as_deref()),
         Sub::Trace {
             file,
             update_docs,
@@ -391,11 +373,11 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             redact,
             title,
         } => match file {
-            Some(f) if !update_docs => trace(&f, svg.as_deref(), redact, title.as_deref()),
-            _ => update_wire_docs(),
+            Some(f) if !update_docs => wire::trace(&f, svg.as_deref(), redact, title.as_deref()),
+            _ => wire::update_wire_docs(),
         },
-        Sub::Tour => tour(),
-        Sub::Build => build_cmd(),
+        Sub::Tour => chapters::tour(),
+        Sub::Build => chapters::build_cmd(),
         Sub::Test { kernel, args } => {
             if let Some(k) = kernel {
                 let k = crate::kernel_fetch::resolve(&k)?;
@@ -406,7 +388,7 @@ fn dispatch(cmd: Sub) -> Result<i32> {
                 );
                 crate::kernel::set_override(k);
             }
-            test(&args)
+            suite::test(&args)
         }
         Sub::Kernel { cmd } => kernel_cmd(cmd),
         Sub::Userspace { cmd } => userspace_cmd(cmd),
@@ -416,9 +398,9 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             node,
             on,
             cmd,
-        } => fault(&action, value.as_deref(), node, on, cmd),
-        Sub::Bench { runs, topology } => bench(runs, topology),
-        Sub::Daemon { topology, dir } => daemon(topology, &dir),
+        } => wire::fault(&action, value.as_deref(), node, on, cmd),
+        Sub::Bench { runs, topology } => bench::bench(runs, topology),
+        Sub::Daemon { topology, dir } => labs::daemon(topology, &dir),
     }
 }
 

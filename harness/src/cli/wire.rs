@@ -1,7 +1,14 @@
 //! The wire: `trace` (a pcap's RoCE v2 packets as a ladder, text or SVG), and the `--trace`
 //! of `run` and `exec` (record the pair's wire while they run).
 
-use super::*;
+use super::exec::stream;
+use super::labs::{daemon_pid, home};
+use super::root;
+use crate::testbed::{Provider, Testbed};
+use crate::{Node, Topology, testbed, testing, vm};
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+
 use crate::wire::{self, Capture};
 use contracts::HostRequest;
 
