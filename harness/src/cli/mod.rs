@@ -2,7 +2,8 @@
 //!
 //! This file holds the command line (clap) and the dispatch; each command family has its file:
 //! [`labs`] (up, status, down, the daemon), [`exec`] (exec, shell), [`chapters`] (list, build,
-//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`book`], [`bench`].
+//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`book`], [`bench`], [`wire`]
+//! (trace), [`fault`].
 //!
 //! Every error names the next command to run; every wait has a deadline; Ctrl-C tears down
 //! what the command started.
@@ -20,6 +21,7 @@ mod book;
 mod chapters;
 mod doctor;
 mod exec;
+mod fault;
 mod labs;
 mod suite;
 mod wire;
@@ -179,28 +181,13 @@ enum Sub {
     /// Break the running pair lab's wire on purpose, or undo it.
     ///
     /// Impairments of RoCE v2 traffic only (UDP 4791; the TCP side channel stays clean), on
-    /// what node a, node b or both (default) send: `loss 5%`, `delay 10ms` or `delay
-    /// 10ms±2ms`, `duplicate 1%`, `reorder 25%`, `corrupt 1%` (tc netem in the guest, behind a
-    /// prio qdisc and a u32 filter). `partition` loses everything the node(s) send (`-n a`:
-    /// only a -> b), `heal` ends it; `freeze NODE` / `thaw NODE` stop and resume a VM (QEMU's
-    /// monitor); `kill NODE` ends a VM (its QEMU process dies, the lab stays up) and `restart
-    /// NODE` boots a fresh one on the same wire; `status` shows what is active; `clear` undoes
-    /// everything, restarting a killed node (so does `cargo lab down`). With `-- CMD`, the faults last while CMD runs on `--on` (default a), then are
-    /// cleared, Ctrl-C included.
+    /// what node a, node b or both (default) send (tc netem in the guest, behind a prio qdisc
+    /// and a u32 filter); `freeze`/`thaw` go through QEMU's monitor, `kill`/`restart` through
+    /// the lab's daemon. With `-- CMD`, an impairment lasts while CMD runs on `--on` (default
+    /// a), then every fault is cleared, Ctrl-C included.
     Fault {
-        /// loss, delay, duplicate, reorder, corrupt, partition, heal, freeze, thaw, kill,
-        /// restart, clear, status.
-        action: String,
-        /// The amount (5%, 10ms±2ms), or the node for freeze/thaw/kill/restart.
-        value: Option<String>,
-        /// The node whose outgoing packets are impaired (default both).
-        #[arg(long, short)]
-        node: Option<Node>,
-        /// Where `-- CMD` runs.
-        #[arg(long, default_value = "a")]
-        on: Node,
-        #[arg(last = true)]
-        cmd: Vec<String>,
+        #[command(subcommand)]
+        action: fault::FaultCmd,
     },
     /// Set up if needed, start the labs, run `cargo test [ARGS]` (with `--workspace` unless
     /// ARGS select packages with -p/--package), tear down.
@@ -392,13 +379,7 @@ fn dispatch(cmd: Sub) -> Result<i32> {
         }
         Sub::Kernel { cmd } => kernel_cmd(cmd),
         Sub::Userspace { cmd } => userspace_cmd(cmd),
-        Sub::Fault {
-            action,
-            value,
-            node,
-            on,
-            cmd,
-        } => wire::fault(&action, value.as_deref(), node, on, cmd),
+        Sub::Fault { action } => fault::fault(action),
         Sub::Bench { runs, topology } => bench::bench(runs, topology),
         Sub::Daemon { topology, dir } => labs::daemon(topology, &dir),
     }

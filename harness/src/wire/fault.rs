@@ -22,7 +22,7 @@ use crate::Node;
 use crate::conn::Cmd;
 use crate::proto::ExitStatus;
 use crate::testbed::Testbed;
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use contracts::HostRequest;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,47 +74,91 @@ impl Impair {
 
     /// Parses `loss 5%`, `delay 10ms`, `delay 10ms±2ms` (or `10ms+-2ms`), `duplicate 1%`,
     /// `reorder 25%`, `corrupt 1%` (the `%` and `ms` are optional).
-    pub fn parse(kind: &str, value: &str) -> Result<Impair> {
-        let pct = |v: &str| -> Result<f64> {
+    pub fn parse(kind: &str, value: &str) -> Result<Impair, ParseFaultError> {
+        let pct = || value.parse::<Percent>().map(|p| p.0);
+        Ok(match kind {
+            "loss" => Impair::Loss(pct()?),
+            "duplicate" => Impair::Duplicate(pct()?),
+            "reorder" => Impair::Reorder(pct()?),
+            "corrupt" => Impair::Corrupt(pct()?),
+            "delay" => value.parse::<Delay>()?.into(),
+            other => return Err(ParseFaultError::UnknownImpairment(other.to_string())),
+        })
+    }
+}
+
+/// Why an impairment's value (or name) does not parse: `cargo lab fault` prints it and exits 2.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParseFaultError {
+    #[error("{0:?}: expected a percentage such as 5%")]
+    NotAPercentage(String),
+    #[error("{0}: a percentage is between 0% and 100%")]
+    PercentageOutOfRange(String),
+    #[error("{0:?}: expected milliseconds such as 10ms, or 10ms±2ms")]
+    NotMilliseconds(String),
+    #[error("{0}: a delay (and its jitter) is between 0ms and 60000ms")]
+    DelayOutOfRange(String),
+    #[error("unknown impairment {0:?} (loss, delay, duplicate, reorder, corrupt)")]
+    UnknownImpairment(String),
+}
+
+/// A share of packets, 0% to 100% (`5%`, `5`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Percent(pub f64);
+
+impl std::str::FromStr for Percent {
+    type Err = ParseFaultError;
+    fn from_str(v: &str) -> Result<Percent, ParseFaultError> {
+        let n: f64 = v
+            .trim()
+            .trim_end_matches('%')
+            .parse()
+            .map_err(|_| ParseFaultError::NotAPercentage(v.to_string()))?;
+        if !(0.0..=100.0).contains(&n) {
+            return Err(ParseFaultError::PercentageOutOfRange(v.to_string()));
+        }
+        Ok(Percent(n))
+    }
+}
+
+/// A delay with its jitter: `10ms`, `10ms±2ms` or `10ms+-2ms` (the `ms` is optional).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Delay {
+    pub ms: f64,
+    pub jitter_ms: f64,
+}
+
+impl std::str::FromStr for Delay {
+    type Err = ParseFaultError;
+    fn from_str(value: &str) -> Result<Delay, ParseFaultError> {
+        let ms = |v: &str| -> Result<f64, ParseFaultError> {
             let n: f64 = v
                 .trim()
-                .trim_end_matches('%')
+                .trim_end_matches("ms")
                 .parse()
-                .with_context(|| format!("{kind} {v:?}: expected a percentage such as 5%"))?;
-            if !(0.0..=100.0).contains(&n) {
-                bail!("{kind} {v}: a percentage is between 0% and 100%");
-            }
-            Ok(n)
-        };
-        let ms = |v: &str| -> Result<f64> {
-            let n: f64 =
-                v.trim().trim_end_matches("ms").parse().with_context(|| {
-                    format!("delay {value:?}: expected milliseconds such as 10ms")
-                })?;
+                .map_err(|_| ParseFaultError::NotMilliseconds(value.to_string()))?;
             if !(0.0..=60_000.0).contains(&n) {
-                bail!("delay {value}: between 0ms and 60000ms");
+                return Err(ParseFaultError::DelayOutOfRange(value.to_string()));
             }
             Ok(n)
         };
-        Ok(match kind {
-            "loss" => Impair::Loss(pct(value)?),
-            "duplicate" => Impair::Duplicate(pct(value)?),
-            "reorder" => Impair::Reorder(pct(value)?),
-            "corrupt" => Impair::Corrupt(pct(value)?),
-            "delay" => {
-                let (d, j) = match value.split_once('±').or_else(|| value.split_once("+-")) {
-                    Some((d, j)) => (ms(d)?, ms(j)?),
-                    None => (ms(value)?, 0.0),
-                };
-                Impair::Delay {
-                    ms: d,
-                    jitter_ms: j,
-                }
-            }
-            other => {
-                bail!("unknown impairment {other:?} (loss, delay, duplicate, reorder, corrupt)")
-            }
+        let (d, j) = match value.split_once('±').or_else(|| value.split_once("+-")) {
+            Some((d, j)) => (ms(d)?, ms(j)?),
+            None => (ms(value)?, 0.0),
+        };
+        Ok(Delay {
+            ms: d,
+            jitter_ms: j,
         })
+    }
+}
+
+impl From<Delay> for Impair {
+    fn from(d: Delay) -> Impair {
+        Impair::Delay {
+            ms: d.ms,
+            jitter_ms: d.jitter_ms,
+        }
     }
 }
 
@@ -562,7 +606,22 @@ mod tests {
         );
         assert!(Impair::parse("loss", "150%").is_err());
         assert!(Impair::parse("loss", "lots").is_err());
-        assert!(Impair::parse("jam", "1%").is_err());
+        assert_eq!(
+            Impair::parse("jam", "1%"),
+            Err(ParseFaultError::UnknownImpairment("jam".into()))
+        );
+        assert_eq!(
+            "150%".parse::<Percent>(),
+            Err(ParseFaultError::PercentageOutOfRange("150%".into()))
+        );
+        assert_eq!(
+            "soon".parse::<Delay>(),
+            Err(ParseFaultError::NotMilliseconds("soon".into()))
+        );
+        assert_eq!(
+            "10ms±70000ms".parse::<Delay>(),
+            Err(ParseFaultError::DelayOutOfRange("10ms±70000ms".into()))
+        );
     }
 
     #[test]
