@@ -33,6 +33,7 @@ pub use contracts::proto;
 pub mod redact;
 /// Runs commands with the protocol's semantics (std only; shared with the guest agent).
 pub mod runner;
+pub mod state_dir;
 pub mod testbed;
 pub mod testing;
 /// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).
@@ -43,3 +44,4 @@ pub mod wire;
 
 /// Where the rxe device(s) live, and the nodes of the pair: defined once, in `contracts`.
 pub use contracts::{Node, Topology};
+pub use state_dir::StateDir;

@@ -6,7 +6,7 @@ use super::exec::stream;
 use super::labs::{daemon_pid, home};
 use crate::testbed::{Provider, Testbed};
 use crate::wire::fault::{self as f, Delay, Impair, Percent};
-use crate::{Node, Topology, testbed, testing, vm};
+use crate::{Node, StateDir, Topology, testbed, testing, vm};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use contracts::HostRequest;
@@ -128,7 +128,7 @@ fn running_pair_dir() -> Result<PathBuf> {
     // The daemon's process, not a round trip through the agents: a frozen node answers
     // nothing, and thaw must still work.
     let alive = daemon_pid(&dir).map(vm::pid_alive).unwrap_or(false);
-    if !alive || !dir.join("qmp-a.sock").exists() {
+    if !alive || !StateDir::at(&dir).qmp_sock(Node::A).exists() {
         bail!("no pair lab is running; start one: `cargo lab up -t pair`");
     }
     Ok(dir)
@@ -213,7 +213,7 @@ fn status(dir: &Path) -> Result<i32> {
         for n in frozen {
             println!("node {n}: frozen (`cargo lab fault thaw {n}`)");
         }
-        let rec = std::fs::read_to_string(dir.join("faults")).unwrap_or_default();
+        let rec = std::fs::read_to_string(StateDir::at(dir).faults()).unwrap_or_default();
         let rec = rec.trim();
         let rec = if rec.is_empty() {
             "none".to_string()

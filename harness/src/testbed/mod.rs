@@ -13,7 +13,7 @@
 use crate::conn::{Cmd, Conn, Event, Output};
 use crate::proto::{self, Reply, Request};
 use crate::vm::{self, Vm, VmOptions};
-use crate::{Node, Topology};
+use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
 use contracts::HostRequest;
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ mod owner;
 mod relay;
 pub use native::*;
 use owner::Owner;
-pub use owner::{generation, killed_marker};
+pub use owner::generation;
 pub use relay::lost_in_relay;
 use relay::relay;
 
@@ -193,7 +193,7 @@ pub fn chosen_provider() -> Result<Provider> {
 
 /// The userspace a daemon's guests run, as its file `userspace` says: a root, or `host`.
 pub fn daemon_userspace(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("userspace"))
+    std::fs::read_to_string(StateDir::at(dir).userspace())
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "host".into())
 }
@@ -283,8 +283,13 @@ impl Testbed {
         ));
         let save_logs = || {
             let _ = std::fs::create_dir_all(&keep);
-            for f in ["console-a.log", "console-b.log", "qemu-a.log", "qemu-b.log"] {
-                let _ = std::fs::copy(dir.join(f), keep.join(f));
+            let state = StateDir::at(&dir);
+            for n in Node::ALL {
+                for f in [state.console_log(n), state.qemu_log(n)] {
+                    if let Some(name) = f.file_name() {
+                        let _ = std::fs::copy(&f, keep.join(name));
+                    }
+                }
             }
         };
         let booted = match vm::boot(topology, opts, &plan, &dir) {
@@ -365,10 +370,11 @@ impl Testbed {
 
     /// Connects to a running daemon's lab in `dir` (`<home>/<topology>`).
     pub fn attach(topology: Topology, dir: &Path) -> Result<Testbed> {
-        let daemon_pid = read_pid(&dir.join("daemon.pid"));
+        let state = StateDir::at(dir);
+        let daemon_pid = read_pid(&state.daemon_pid());
         let mut nodes = vec![];
         for &n in topology.nodes() {
-            let sock = dir.join(format!("node-{}.sock", n.name()));
+            let sock = state.node_sock(n);
             let s = UnixStream::connect(&sock)
                 .with_context(|| format!("connecting to {}", sock.display()))?;
             let conn = Conn::new(s, &format!("node {}", n.name()))?;
@@ -377,7 +383,7 @@ impl Testbed {
             nodes.push(LabNode {
                 node: n,
                 conn,
-                console: Some(dir.join(format!("console-{}.log", n.name()))),
+                console: Some(state.console_log(n)),
             });
         }
         Ok(Testbed {
@@ -412,7 +418,7 @@ impl Testbed {
         let want = userspace_name(&crate::userspace::chosen()?);
         for h in homes {
             let dir = h.join(topology.name());
-            if dir.join("node-a.sock").exists()
+            if StateDir::at(&dir).node_sock(Node::A).exists()
                 && daemon_userspace(&dir) == want
                 && let Ok(lab) = Testbed::attach(topology, &dir)
             {
@@ -533,7 +539,7 @@ impl Testbed {
     pub fn killed_on_purpose(&self, n: Node) -> bool {
         self.dir
             .as_ref()
-            .is_some_and(|d| killed_marker(d, n).exists())
+            .is_some_and(|d| StateDir::at(d).killed(n).exists())
     }
 
     /// A request to the lab's owner (freeze, kill or restart a node, its status): served here
@@ -558,7 +564,7 @@ impl Testbed {
             if !vm::pid_alive(pid) {
                 bail!("the lab daemon (pid {pid}) is gone");
             }
-            match read_pid(&dir.join("daemon.pid")) {
+            match read_pid(&StateDir::at(dir).daemon_pid()) {
                 Some(now) if now != pid => {
                     bail!(
                         "the lab in {} was restarted (daemon pid {pid}, now {now})",
@@ -667,13 +673,13 @@ impl Testbed {
         let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
         let lab = Arc::new(self);
         for n in &lab.nodes {
-            let sock = dir.join(format!("node-{}.sock", n.node.name()));
+            let sock = StateDir::at(&dir).node_sock(n.node);
             let _ = std::fs::remove_file(&sock);
             let listener =
                 UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
             let conn = n.conn.clone();
             let stop = stop.clone();
-            let killed = killed_marker(&dir, n.node);
+            let killed = StateDir::at(&dir).killed(n.node);
             std::thread::spawn(move || {
                 for s in listener.incoming().flatten() {
                     let conn = conn.clone();
@@ -683,7 +689,7 @@ impl Testbed {
                 }
             });
         }
-        std::fs::write(dir.join("ready"), "")?;
+        std::fs::write(StateDir::at(&dir).ready(), "")?;
         let (m, cv) = &*stop;
         let mut g = m.lock().unwrap();
         while !*g {
@@ -700,9 +706,9 @@ impl Testbed {
         }
         drop(g);
         for n in &lab.nodes {
-            let _ = std::fs::remove_file(dir.join(format!("node-{}.sock", n.node.name())));
+            let _ = std::fs::remove_file(StateDir::at(&dir).node_sock(n.node));
         }
-        let _ = std::fs::remove_file(dir.join("ready"));
+        let _ = std::fs::remove_file(StateDir::at(&dir).ready());
         Ok(())
     }
 }

@@ -45,7 +45,7 @@ pub(super) fn lock_file(
 ) -> Result<Option<std::fs::File>, String> {
     use std::io::Write as _;
     use std::os::unix::fs::MetadataExt as _;
-    let path = d.join("run.lock");
+    let path = crate::StateDir::at(d).run_lock();
     let limit = run_timeout() * 2 + Duration::from_secs(30);
     let t0 = Instant::now();
     let mut said = false;

@@ -23,7 +23,7 @@
 //! node's traffic shows as what was sent to it).
 
 use super::decode::Frame;
-use crate::Node;
+use crate::{Node, StateDir};
 use anyhow::{Context as _, Result};
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -64,7 +64,8 @@ fn idx(n: Node) -> usize {
 impl Cable {
     /// Binds both sockets in `dir` and starts relaying.
     pub fn start(dir: &Path) -> Result<Cable> {
-        let socks = [dir.join("wire-a.sock"), dir.join("wire-b.sock")];
+        let state = StateDir::at(dir);
+        let socks = [state.wire_sock(Node::A), state.wire_sock(Node::B)];
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let ports: [Port; 2] = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];

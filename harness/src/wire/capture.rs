@@ -6,7 +6,7 @@
 
 use super::qmp::{Qmp, json_str};
 use crate::testbed::{Provider, Testbed};
-use crate::{Node, Topology};
+use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,7 +28,7 @@ pub fn qmp_sock(lab: &Testbed, node: Node) -> Result<PathBuf> {
         );
     }
     let dir = lab.dir.as_ref().context("a VM lab without a state dir")?;
-    Ok(dir.join(format!("qmp-{}.sock", node.name())))
+    Ok(StateDir::at(dir).qmp_sock(node))
 }
 
 /// A capture in progress; [`Capture::stop`] ends it (dropping it ends it too).

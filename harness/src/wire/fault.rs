@@ -18,10 +18,10 @@
 
 use super::capture::qmp_sock;
 use super::qmp::Qmp;
-use crate::Node;
 use crate::conn::Cmd;
 use crate::proto::ExitStatus;
 use crate::testbed::Testbed;
+use crate::{Node, StateDir};
 use anyhow::{Result, bail};
 use contracts::HostRequest;
 use std::path::{Path, PathBuf};
@@ -224,9 +224,7 @@ impl Faults {
 }
 
 fn state_file(lab: &Testbed) -> Result<PathBuf> {
-    // qmp_sock checks that this is the VM pair.
-    let sock = qmp_sock(lab, Node::A)?;
-    Ok(sock.with_file_name("faults"))
+    Ok(StateDir::at(lab_dir(lab)?).faults())
 }
 
 /// The faults recorded for this lab.
@@ -330,11 +328,12 @@ pub fn heal(lab: &Testbed, nodes: &[Node]) -> Result<()> {
 
 /// The pair's state dir (where the monitors' sockets are).
 pub fn lab_dir(lab: &Testbed) -> Result<PathBuf> {
-    Ok(state_file(lab)?.with_file_name(""))
+    // qmp_sock checks that this is the VM pair.
+    Ok(qmp_sock(lab, Node::A)?.with_file_name(""))
 }
 
 fn qmp(dir: &Path, node: Node) -> Result<Qmp> {
-    Qmp::connect(&dir.join(format!("qmp-{}.sock", node.name())))
+    Qmp::connect(&StateDir::at(dir).qmp_sock(node))
 }
 
 /// Stops a node's vCPUs (QEMU `stop`): it goes silent, and keeps its state. `dir`: the pair's
@@ -360,7 +359,7 @@ pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
 pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
     let mut out = vec![];
     for n in Node::ALL {
-        if crate::testbed::killed_marker(dir, n).exists() {
+        if StateDir::at(dir).killed(n).exists() {
             continue;
         }
         if frozen(dir, n)? {
@@ -376,7 +375,7 @@ pub fn clear(lab: &Testbed) -> Result<()> {
     let dir = lab_dir(lab)?;
     // A node killed on purpose comes back first (its qdiscs went with it).
     for n in Node::ALL {
-        if crate::testbed::killed_marker(&dir, n).exists() {
+        if StateDir::at(&dir).killed(n).exists() {
             lab.host(HostRequest::Restart(n))?;
         }
     }
@@ -476,7 +475,7 @@ pub fn status(lab: &Testbed) -> Result<Vec<NodeFault>> {
     let mut out = vec![];
     let dir = lab_dir(lab)?;
     for node in Node::ALL {
-        let state = if crate::testbed::killed_marker(&dir, node).exists() {
+        let state = if StateDir::at(&dir).killed(node).exists() {
             NodeState::Killed
         } else if frozen(&dir, node)? {
             NodeState::Frozen
