@@ -9,7 +9,7 @@
 //!
 //! Layout: [`kernel`] finds the kernel and module order, [`kernel_fetch`] fetches other
 //! kernels from the distribution's archive, [`initramfs`] builds the cached
-//! initramfs, [`vm`] runs QEMU, [`testbed`] hands out labs (boot, attach to a daemon, native),
+//! initramfs, [`vm`] runs QEMU, [`qmp`] speaks to its monitor (freeze, thaw), [`testbed`] hands out labs (boot, attach to a daemon, native),
 //! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
 //! `chapters/course.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
@@ -28,6 +28,7 @@ pub mod doc_commands;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_fetch;
+pub mod qmp;
 /// The host <-> agent wire protocol (std only; the guest agent is built with it too).
 pub use contracts::proto;
 pub mod redact;

@@ -262,18 +262,18 @@ fn partition_heal_freeze_thaw() {
     assert!(ping(&lab, Node::B, "10.77.0.1"));
 
     let dir = fault::lab_dir(&lab).unwrap();
-    fault::freeze(&dir, Node::B).unwrap();
-    assert!(fault::frozen(&dir, Node::B).unwrap());
+    harness::qmp::freeze(&dir, Node::B).unwrap();
+    assert!(harness::qmp::frozen(&dir, Node::B).unwrap());
     assert!(
         !ping(&lab, Node::A, "10.77.0.2"),
         "a frozen node answers nothing"
     );
-    fault::thaw(&dir, Node::B).unwrap();
-    assert!(!fault::frozen(&dir, Node::B).unwrap());
+    harness::qmp::thaw(&dir, Node::B).unwrap();
+    assert!(!harness::qmp::frozen(&dir, Node::B).unwrap());
     assert!(ping(&lab, Node::A, "10.77.0.2"), "thawed");
 
     // clear thaws too.
-    fault::freeze(&dir, Node::A).unwrap();
+    harness::qmp::freeze(&dir, Node::A).unwrap();
     fault::clear(&lab).unwrap();
     assert!(!fault::any_active(&lab).unwrap());
     assert!(ping(&lab, Node::B, "10.77.0.1"));

@@ -6,7 +6,7 @@ use super::exec::stream;
 use super::labs::{daemon_pid, home};
 use crate::testbed::{Provider, Testbed};
 use crate::wire::fault::{self as f, Delay, Impair, Percent};
-use crate::{Node, StateDir, Topology, testbed, testing, vm};
+use crate::{Node, StateDir, Topology, qmp, testbed, testing, vm};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use contracts::HostRequest;
@@ -149,12 +149,12 @@ pub(super) fn fault(action: FaultCmd) -> Result<i32> {
     match action {
         // The monitor's actions: they need no agent (a frozen node's does not answer).
         FaultCmd::Freeze { node } => {
-            f::freeze(&dir, node)?;
+            qmp::freeze(&dir, node)?;
             println!("node {node} frozen (`cargo lab fault thaw {node}`)");
             Ok(0)
         }
         FaultCmd::Thaw { node } => {
-            f::thaw(&dir, node)?;
+            qmp::thaw(&dir, node)?;
             println!("node {node} thawed");
             Ok(0)
         }
@@ -193,7 +193,7 @@ pub(super) fn fault(action: FaultCmd) -> Result<i32> {
 }
 
 fn clear(dir: &Path) -> Result<i32> {
-    for n in f::thaw_all(dir)? {
+    for n in qmp::thaw_all(dir)? {
         println!("node {n} thawed");
     }
     let lab = Testbed::attach(Topology::Pair, dir)?;
@@ -206,7 +206,7 @@ fn clear(dir: &Path) -> Result<i32> {
 fn status(dir: &Path) -> Result<i32> {
     let frozen: Vec<Node> = Node::ALL
         .into_iter()
-        .filter(|&n| f::frozen(dir, n).unwrap_or(false))
+        .filter(|&n| qmp::frozen(dir, n).unwrap_or(false))
         .collect();
     if !frozen.is_empty() {
         // A frozen node's agent does not answer: what the monitor and the record say.

@@ -11,8 +11,8 @@
 //! starts the node's role again once it is back.
 
 use super::*;
-use crate::StateDir;
 use crate::wire::cable::Cable;
+use crate::{StateDir, qmp};
 
 /// A booted lab's VMs and what it takes to start one again.
 pub(super) struct Owner {
@@ -51,17 +51,16 @@ impl Owner {
 
     /// Carries out one request.
     pub(super) fn carry_out(&self, request: HostRequest) -> Result<String, String> {
-        use crate::wire::fault;
         match request {
             HostRequest::Status => Ok(self.status()),
             HostRequest::TraceStart => self.trace(true),
             HostRequest::TraceStop => self.trace(false),
             HostRequest::Freeze(n) => self.change(n, true, || {
-                fault::freeze(&self.dir, n)
+                qmp::freeze(&self.dir, n)
                     .map(|()| format!("node {} frozen (QEMU stopped its vCPUs)", n.name()))
             }),
             HostRequest::Thaw(n) => self.change(n, true, || {
-                fault::thaw(&self.dir, n).map(|()| format!("node {} running again", n.name()))
+                qmp::thaw(&self.dir, n).map(|()| format!("node {} running again", n.name()))
             }),
             HostRequest::Kill(n) => self.change(n, false, || self.kill(n)),
             HostRequest::Restart(n) => self.change(n, false, || self.restart(n)),
@@ -126,7 +125,7 @@ impl Owner {
                 let state = if self.is_killed(n) {
                     "killed"
                 } else {
-                    match crate::wire::fault::frozen(&self.dir, n) {
+                    match qmp::frozen(&self.dir, n) {
                         Ok(true) => "frozen",
                         Ok(false) => "running",
                         Err(_) => "unreachable",

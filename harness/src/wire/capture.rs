@@ -4,7 +4,7 @@
 //! nothing (QEMU writes the pcap on the host). A node a killed under the run (chapter 13's
 //! killed-peer) ends the recording with its VM: the file holds what crossed until then.
 
-use super::qmp::{Qmp, json_str};
+use crate::qmp::{Qmp, json_str};
 use crate::testbed::{Provider, Testbed};
 use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};

@@ -8,8 +8,8 @@
 //!   take a different (and racy) resend path than a loss on the wire.
 //! - `partition`: a root `netem loss 100%` on the node(s): every packet that node sends is lost
 //!   (the agents talk over virtio-serial, not the wire, so the lab stays in control).
-//! - `freeze`/`thaw`: the QEMU monitor's `stop`/`cont`: the node's vCPUs stop, its kernel (and
-//!   rxe) neither sends nor answers, then resumes where it was.
+//! - `freeze`/`thaw` are the QEMU monitor's (`crate::qmp`): the node's vCPUs stop, its kernel
+//!   (and rxe) neither sends nor answers, then resumes where it was. [`clear`] thaws them too.
 //!
 //! The impairments per node are kept in `faults` in the lab's state dir and re-applied as a
 //! whole at every change (`tc qdisc replace`), so several combine (`loss 5%` then
@@ -17,14 +17,14 @@
 //! them by construction (the VMs go).
 
 use super::capture::qmp_sock;
-use super::qmp::Qmp;
 use crate::conn::Cmd;
 use crate::proto::ExitStatus;
+use crate::qmp::{frozen, thaw_all};
 use crate::testbed::Testbed;
 use crate::{Node, StateDir};
 use anyhow::{Result, bail};
 use contracts::HostRequest;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The guest interface of the pair's wire.
@@ -330,44 +330,6 @@ pub fn heal(lab: &Testbed, nodes: &[Node]) -> Result<()> {
 pub fn lab_dir(lab: &Testbed) -> Result<PathBuf> {
     // qmp_sock checks that this is the VM pair.
     Ok(qmp_sock(lab, Node::A)?.with_file_name(""))
-}
-
-fn qmp(dir: &Path, node: Node) -> Result<Qmp> {
-    Qmp::connect(&StateDir::at(dir).qmp_sock(node))
-}
-
-/// Stops a node's vCPUs (QEMU `stop`): it goes silent, and keeps its state. `dir`: the pair's
-/// state dir ([`lab_dir`]); the monitor needs no agent, so this works on a frozen node too.
-pub fn freeze(dir: &Path, node: Node) -> Result<()> {
-    qmp(dir, node)?.execute("stop", "")?;
-    Ok(())
-}
-
-/// Resumes a frozen node (QEMU `cont`).
-pub fn thaw(dir: &Path, node: Node) -> Result<()> {
-    qmp(dir, node)?.execute("cont", "")?;
-    Ok(())
-}
-
-/// Is the node frozen?
-pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
-    Ok(!qmp(dir, node)?.running()?)
-}
-
-/// Thaws every frozen node of the pair in `dir`; returns the nodes it thawed. (A node killed
-/// on purpose has no monitor until its restart.)
-pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
-    let mut out = vec![];
-    for n in Node::ALL {
-        if StateDir::at(dir).killed(n).exists() {
-            continue;
-        }
-        if frozen(dir, n)? {
-            thaw(dir, n)?;
-            out.push(n);
-        }
-    }
-    Ok(out)
 }
 
 /// Undoes everything: thaws both nodes, removes every qdisc, forgets the record.
