@@ -3,13 +3,13 @@
 //!
 //! | file | written by | what |
 //! |---|---|---|
-//! | `daemon.pid`, `daemon.log` | the lab's daemon (`cargo lab up`) | its process, its output |
+//! | `daemon.pid`, `daemon.log` | the lab's daemon (cargo lab up) | its process, its output |
 //! | `info`, `userspace`, `ready` | the daemon | what it booted; present once it serves |
 //! | `node-X.sock` | the daemon | where commands for node X go |
 //! | `agent-X.sock`, `qmp-X.sock` | QEMU | the guest agent's channel, the QEMU monitor |
 //! | `console-X.log`, `qemu-X.log` | QEMU | the guest's console, QEMU's own messages |
 //! | `wire-a.sock`, `wire-b.sock` | the pair's cable | each node's end of the wire |
-//! | `faults` | `cargo lab fault` | the impairments in place, per node |
+//! | `faults` | the fault command | the impairments in place, per node |
 //! | `killed-X`, `generation-X` | the daemon | node X killed on purpose; its restarts |
 //! | `run.lock` | every run | one run at a time on the lab |
 //! | `owner.pid` | a process's own lab | the process; gone, the dir is removed |
