@@ -54,15 +54,30 @@ pub struct Testbed {
     pub topology: Topology,
     pub provider: Provider,
     pub nodes: Vec<LabNode>,
-    /// The VMs, when this process started them (and what it takes to restart one).
-    owner: Option<Arc<Owner>>,
-    /// The state dir (sockets, console logs); removed on drop when owned.
-    pub dir: Option<PathBuf>,
-    owned_dir: bool,
+    /// What this process holds of the lab: VMs it booted, a daemon's lab, or native rxe.
+    held: Held,
     /// How the lab came to be, for messages ("booted in 7.9 s (tcg)", "attached to ...").
     pub origin: String,
-    /// Attached labs: the daemon serving them (its pid when we attached).
-    daemon_pid: Option<u32>,
+}
+
+/// The states a lab can be in, from this process's side.
+#[derive(Debug)]
+enum Held {
+    /// VMs this process booted: their owner answers host requests and restarts a node. The
+    /// state dir is removed on drop when `remove_dir` (a private lab; not the daemon's).
+    Owned {
+        owner: Arc<Owner>,
+        dir: PathBuf,
+        remove_dir: bool,
+    },
+    /// A lab a daemon serves (`cargo lab up`); `daemon_pid`: the daemon's pid when this process
+    /// attached (None when its file was unreadable).
+    Attached {
+        dir: PathBuf,
+        daemon_pid: Option<u32>,
+    },
+    /// rxe on this host: no VM, no state dir.
+    Native,
 }
 
 /// Heartbeat: a node silent this long gets a ping ...
@@ -135,15 +150,18 @@ impl Heartbeat {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if let Some(o) = &self.owner {
-            for v in o.vms.lock().unwrap().iter() {
+        if let Held::Owned {
+            owner,
+            dir,
+            remove_dir,
+        } = &self.held
+        {
+            for v in owner.vms.lock().unwrap().iter() {
                 v.kill();
             }
-        }
-        if self.owned_dir
-            && let Some(d) = &self.dir
-        {
-            let _ = std::fs::remove_dir_all(d);
+            if *remove_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
 }
@@ -251,11 +269,8 @@ impl Testbed {
             topology,
             provider: Provider::Native,
             nodes,
-            owner: None,
-            dir: None,
-            owned_dir: false,
+            held: Held::Native,
             origin: "native rxe on this host".into(),
-            daemon_pid: None,
         }
     }
 
@@ -351,9 +366,11 @@ impl Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
-            owner: Some(owner),
-            dir: Some(dir),
-            owned_dir: owned,
+            held: Held::Owned {
+                owner,
+                dir,
+                remove_dir: owned,
+            },
             origin: format!(
                 "booted in {:.1} s ({}, kernel {}{})",
                 t0.elapsed().as_secs_f64(),
@@ -364,7 +381,6 @@ impl Testbed {
                     None => String::new(),
                 }
             ),
-            daemon_pid: None,
         })
     }
 
@@ -390,11 +406,11 @@ impl Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
-            owner: None,
-            dir: Some(dir.to_path_buf()),
-            owned_dir: false,
+            held: Held::Attached {
+                dir: dir.to_path_buf(),
+                daemon_pid,
+            },
             origin: format!("attached to the lab in {}", dir.display()),
-            daemon_pid,
         })
     }
 
@@ -516,9 +532,10 @@ impl Testbed {
                 bail!("node {}: {why}", n.node.name());
             }
         }
-        let vms = match &self.owner {
-            Some(o) => o.vms.lock().unwrap(),
-            None => return self.check_daemon(),
+        let vms = match &self.held {
+            Held::Owned { owner, .. } => owner.vms.lock().unwrap(),
+            Held::Attached { dir, daemon_pid } => return check_daemon(dir, *daemon_pid),
+            Held::Native => return Ok(()),
         };
         for v in vms.iter() {
             if self.killed_on_purpose(v.node) {
@@ -537,20 +554,32 @@ impl Testbed {
 
     /// Is node `n` down because someone asked (`kill`, until its `restart`)?
     pub fn killed_on_purpose(&self, n: Node) -> bool {
-        self.dir
-            .as_ref()
+        self.dir()
             .is_some_and(|d| StateDir::at(d).killed(n).exists())
+    }
+
+    /// The lab's state dir (sockets, console logs): none for native rxe.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.held {
+            Held::Owned { dir, .. } | Held::Attached { dir, .. } => Some(dir),
+            Held::Native => None,
+        }
+    }
+
+    /// Is this a lab a daemon serves (not one this process booted, not native)?
+    pub fn is_attached(&self) -> bool {
+        matches!(self.held, Held::Attached { .. })
     }
 
     /// A request to the lab's owner (freeze, kill or restart a node, its status): served here
     /// when this process runs the VMs, else by the daemon that does.
     pub fn host(&self, request: HostRequest) -> Result<String> {
-        match &self.owner {
-            Some(o) => o.carry_out(request).map_err(anyhow::Error::msg),
-            None if self.daemon_pid.is_some() => self.nodes[0]
+        match &self.held {
+            Held::Owned { owner, .. } => owner.carry_out(request).map_err(anyhow::Error::msg),
+            Held::Attached { .. } => self.nodes[0]
                 .conn
                 .host_request(&request.to_string(), Duration::from_secs(180)),
-            None => bail!(
+            Held::Native => bail!(
                 "{:?} needs the microVM lab: a native lab has no VM to freeze, kill or \
                  restart (`LAB_PROVIDER=vm`)",
                 request.to_string()
@@ -558,34 +587,9 @@ impl Testbed {
         }
     }
 
-    /// The attached lab's daemon: still the same live process?
-    fn check_daemon(&self) -> Result<()> {
-        if let (Some(pid), Some(dir)) = (self.daemon_pid, &self.dir) {
-            if !vm::pid_alive(pid) {
-                bail!("the lab daemon (pid {pid}) is gone");
-            }
-            match read_pid(&StateDir::at(dir).daemon_pid()) {
-                Some(now) if now != pid => {
-                    bail!(
-                        "the lab in {} was restarted (daemon pid {pid}, now {now})",
-                        dir.display()
-                    );
-                }
-                None => {
-                    bail!(
-                        "the lab in {} was stopped (`cargo lab down`?)",
-                        dir.display()
-                    );
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
     /// What to say when the lab died under a run: why, the consoles' tails, the next command.
     pub fn dead_report(&self, why: &dyn std::fmt::Display) -> String {
-        let next = if self.daemon_pid.is_some() {
+        let next = if self.is_attached() {
             "next: `cargo lab status` shows the shared lab; `cargo lab down && cargo lab up` \
              restarts it (or unset LAB_STATE_DIR to let the test boot its own)"
         } else {
@@ -659,9 +663,11 @@ impl Testbed {
 
     /// The QEMU processes (pids) this lab owns.
     pub fn vm_pids(&self) -> Vec<u32> {
-        match &self.owner {
-            Some(o) => o.vms.lock().unwrap().iter().map(|v| v.pid()).collect(),
-            None => vec![],
+        match &self.held {
+            Held::Owned { owner, .. } => {
+                owner.vms.lock().unwrap().iter().map(|v| v.pid()).collect()
+            }
+            Held::Attached { .. } | Held::Native => vec![],
         }
     }
 
@@ -669,7 +675,10 @@ impl Testbed {
     /// state dir) speaking the agent protocol. Returns when a client asks for Shutdown or a VM
     /// dies. Used by the `cargo lab up` daemon.
     pub fn serve(self, term: Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
-        let dir = self.dir.clone().context("a daemon needs a state dir")?;
+        let dir = self
+            .dir()
+            .context("a daemon needs a state dir")?
+            .to_path_buf();
         let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
         let lab = Arc::new(self);
         for n in &lab.nodes {
@@ -711,4 +720,29 @@ impl Testbed {
         let _ = std::fs::remove_file(StateDir::at(&dir).ready());
         Ok(())
     }
+}
+
+/// An attached lab's daemon: still the same live process?
+fn check_daemon(dir: &Path, daemon_pid: Option<u32>) -> Result<()> {
+    if let Some(pid) = daemon_pid {
+        if !vm::pid_alive(pid) {
+            bail!("the lab daemon (pid {pid}) is gone");
+        }
+        match read_pid(&StateDir::at(dir).daemon_pid()) {
+            Some(now) if now != pid => {
+                bail!(
+                    "the lab in {} was restarted (daemon pid {pid}, now {now})",
+                    dir.display()
+                );
+            }
+            None => {
+                bail!(
+                    "the lab in {} was stopped (`cargo lab down`?)",
+                    dir.display()
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

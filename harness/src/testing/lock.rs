@@ -28,7 +28,7 @@ impl std::fmt::Debug for LabGuard {
 /// dies while we wait ends the wait at once.
 pub fn lock(lab: &Testbed) -> LabGuard {
     let process = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let file = match &lab.dir {
+    let file = match lab.dir() {
         Some(d) => lock_file(lab, d).unwrap_or_else(|e| panic!("{e}")),
         None => None,
     };

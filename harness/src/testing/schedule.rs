@@ -153,7 +153,7 @@ impl<'a> Scheduler<'a> {
     }
 
     fn generation(&self, n: Node) -> u64 {
-        self.lab.dir.as_ref().map(|d| generation(d, n)).unwrap_or(0)
+        self.lab.dir().map(|d| generation(d, n)).unwrap_or(0)
     }
 
     /// Starts role `i` for the first time.

@@ -27,7 +27,7 @@ pub fn qmp_sock(lab: &Testbed, node: Node) -> Result<PathBuf> {
              to itself); trace on the pair: `-t pair`"
         );
     }
-    let dir = lab.dir.as_ref().context("a VM lab without a state dir")?;
+    let dir = lab.dir().context("a VM lab without a state dir")?;
     Ok(StateDir::at(dir).qmp_sock(node))
 }
 
