@@ -148,7 +148,7 @@ pub(super) fn wait_daemon(
             bail!("interrupted: the {} lab was torn down", t.name());
         }
         if StateDir::at(dir).ready().exists() {
-            let info = std::fs::read_to_string(StateDir::at(&dir).info()).unwrap_or_default();
+            let info = std::fs::read_to_string(StateDir::at(dir).info()).unwrap_or_default();
             if verbose {
                 eprintln!(
                     "{} lab up in {:.1} s: {}",
