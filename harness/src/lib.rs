@@ -8,10 +8,12 @@
 //!   that runs commands for the host ([`proto`], [`conn`]). Two topologies: [`Topology`].
 //!
 //! Layout: [`kernel`] finds the kernel and module order, [`kernel_fetch`] fetches other
-//! kernels from the distribution's archive, [`initramfs`] builds the cached
-//! initramfs, [`vm`] runs QEMU ([`snapshot`]: the loopback VM restored from a saved state), [`testbed`] hands out labs (boot, attach to a daemon, native),
-//! [`testing`] is the API tests use, [`redact`] the one redaction table, [`course`] reads
-//! `chapters/course.toml`, [`exercises`] `chapters/exercises.toml`. The CLI lives in `src/main.rs` and [`cli`].
+//! kernels from the distribution's archive, [`initramfs`] builds the cached initramfs, [`vm`]
+//! runs QEMU ([`snapshot`]: the loopback VM restored from a saved state), [`qmp`] speaks to
+//! its monitor (freeze, thaw), [`state_dir`] names a lab's files, [`testbed`] hands out labs
+//! (boot, attach to a daemon, native), [`testing`] is the API tests use, [`redact`] the one
+//! redaction table, [`course`] reads `chapters/course.toml`, [`exercises`]
+//! `chapters/exercises.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
 //! Errors: one approach, `anyhow`, in the CLI, the providers and the test API (whose messages
 //! are meant to be read whole: what ran, the output so far, the next command). The files shared
@@ -29,12 +31,14 @@ pub mod exercises;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_fetch;
+pub mod qmp;
 /// The host <-> agent wire protocol (std only; the guest agent is built with it too).
 pub use contracts::proto;
 pub mod redact;
 /// Runs commands with the protocol's semantics (std only; shared with the guest agent).
 pub mod runner;
 pub mod snapshot;
+pub mod state_dir;
 pub mod testbed;
 pub mod testing;
 /// The command-line checks every chapter's e2e test repeats (usage errors, `--help`).
@@ -46,3 +50,4 @@ pub mod wire;
 
 /// Where the rxe device(s) live, and the nodes of the pair: defined once, in `contracts`.
 pub use contracts::{Node, Topology};
+pub use state_dir::StateDir;

@@ -26,8 +26,8 @@
 
 use crate::conn::Conn;
 use crate::initramfs;
+use crate::qmp::{Qmp, json_str};
 use crate::vm::{self, BootPlan, Vm, VmOptions};
-use crate::wire::qmp::{Qmp, json_str};
 use anyhow::{Context as _, Result, bail};
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -69,16 +69,12 @@ pub fn mode() -> Mode {
 
 /// How a lab's VM came up, written to `boot-kind` in its state dir.
 pub fn how(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("boot-kind")).unwrap_or_else(|_| "booted".into())
+    std::fs::read_to_string(crate::StateDir::at(dir).boot_kind())
+        .unwrap_or_else(|_| "booted".into())
 }
 
 fn record(dir: &Path, what: &str) {
-    let _ = std::fs::write(dir.join("boot-kind"), what);
-}
-
-/// The gate's socket (host side of the `lab.gate` port).
-pub fn gate_sock(dir: &Path, tag: &str) -> PathBuf {
-    dir.join(format!("gate-{tag}.sock"))
+    let _ = std::fs::write(crate::StateDir::at(dir).boot_kind(), what);
 }
 
 /// QEMU's arguments for a [`Launch`] (the append gets `LAB_GATE=1` in vm.rs).
@@ -177,7 +173,11 @@ fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Resu
     };
     let t0 = Instant::now();
     let vm = vm::start_one_with(plan, dir, None, smp, mem, None, Some(&launch))?;
-    let mut gate = connect_sock(&gate_sock(dir, "a"), &vm, deadline)?;
+    let mut gate = connect_sock(
+        &crate::StateDir::at(dir).gate_sock(crate::Node::A),
+        &vm,
+        deadline,
+    )?;
     let mut q = qmp(dir, &vm, deadline)?;
     loop {
         let r = match q.execute("query-migrate", "") {
@@ -236,7 +236,11 @@ fn cold_and_save(
         None,
         Some(&launch),
     )?;
-    let mut gate = connect_sock(&gate_sock(dir, "a"), &vm, deadline)?;
+    let mut gate = connect_sock(
+        &crate::StateDir::at(dir).gate_sock(crate::Node::A),
+        &vm,
+        deadline,
+    )?;
     // Init says so on the console once it reads the gate.
     loop {
         let text = std::fs::read(&vm.console).unwrap_or_default();
@@ -421,7 +425,7 @@ fn connect_sock(sock: &Path, vm: &Vm, deadline: Instant) -> Result<UnixStream> {
 }
 
 fn qmp(dir: &Path, vm: &Vm, deadline: Instant) -> Result<Qmp> {
-    let sock = dir.join("qmp-a.sock");
+    let sock = crate::StateDir::at(dir).qmp_sock(crate::Node::A);
     connect_sock(&sock, vm, deadline)?;
     Qmp::connect(&sock)
 }

@@ -18,7 +18,7 @@ use crate::kernel::{self, Kernel};
 use crate::snapshot;
 use crate::userspace::{self, Userspace};
 use crate::wire::cable::Cable;
-use crate::{Node, Topology};
+use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
 use std::io::Read as _;
 use std::os::unix::net::UnixStream;
@@ -209,7 +209,7 @@ pub fn new_state_dir(what: &str) -> Result<PathBuf> {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("rxe-lab.{pid}.{n}.{what}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("owner.pid"), pid.to_string())?;
+    std::fs::write(StateDir::at(&dir).owner_pid(), pid.to_string())?;
     spawn_reaper(&dir);
     Ok(dir)
 }
@@ -255,7 +255,7 @@ pub fn reap_stale() {
         if !name.starts_with("rxe-lab.") {
             continue;
         }
-        let owner = std::fs::read_to_string(e.path().join("owner.pid"))
+        let owner = std::fs::read_to_string(StateDir::at(e.path()).owner_pid())
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok());
         match owner {
@@ -529,14 +529,16 @@ pub fn start_one_with(
     snap: Option<&snapshot::Launch>,
 ) -> Result<Vm> {
     // The loopback VM's files are named as node a's.
-    let tag = node.unwrap_or(Node::A).name();
-    let console = dir.join(format!("console-{tag}.log"));
-    let qemu_log = dir.join(format!("qemu-{tag}.log"));
-    let agent_sock = dir.join(format!("agent-{tag}.sock"));
+    let node_files = node.unwrap_or(Node::A);
+    let tag = node_files.name();
+    let state = StateDir::at(dir);
+    let console = state.console_log(node_files);
+    let qemu_log = state.qemu_log(node_files);
+    let agent_sock = state.agent_sock(node_files);
     let _ = std::fs::remove_file(&agent_sock);
-    let qmp_sock = dir.join(format!("qmp-{tag}.sock"));
+    let qmp_sock = state.qmp_sock(node_files);
     let _ = std::fs::remove_file(&qmp_sock);
-    let gate_sock = snapshot::gate_sock(dir, tag);
+    let gate_sock = state.gate_sock(node_files);
     let _ = std::fs::remove_file(&gate_sock);
     let append = append_for(plan, node, snap.is_some());
     let mut cmd = tied_command(&qemu_binary()?);

@@ -91,6 +91,78 @@ fn setup_print_runs_the_embedded_script() {
     );
 }
 
+/// The words of `cargo lab ARGS --help`'s command list (the first word of each indented line).
+fn listed_commands(args: &[&str]) -> (Vec<String>, String) {
+    let out = lab().args(args).arg("--help").assert().success();
+    let out = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let listed = out
+        .lines()
+        .filter_map(|l| Some(l.strip_prefix("  ")?.split_whitespace().next()?.to_string()))
+        .collect();
+    (listed, out)
+}
+
+#[test]
+fn fault_help_lists_its_actions() {
+    let (listed, out) = listed_commands(&["fault"]);
+    for a in [
+        "loss",
+        "delay",
+        "duplicate",
+        "reorder",
+        "corrupt",
+        "partition",
+        "heal",
+        "freeze",
+        "thaw",
+        "kill",
+        "restart",
+        "clear",
+        "status",
+    ] {
+        assert!(
+            listed.iter().any(|l| l == a),
+            "{a} missing from fault --help:\n{out}"
+        );
+    }
+}
+
+/// A fault's arguments are parsed before the lab is looked for: a bad one exits 2 with a
+/// message naming what was expected, with or without a running pair.
+#[test]
+fn fault_rejects_bad_arguments_with_exit_2() {
+    for (args, says) in [
+        (
+            &["fault", "loss", "150%"][..],
+            "a percentage is between 0% and 100%",
+        ),
+        (
+            &["fault", "loss", "lots"],
+            "expected a percentage such as 5%",
+        ),
+        (
+            &["fault", "delay", "soon"],
+            "expected milliseconds such as 10ms",
+        ),
+        (
+            &["fault", "delay", "10ms±90000ms"],
+            "between 0ms and 60000ms",
+        ),
+        (&["fault", "freeze", "c"], "invalid value 'c'"),
+        (&["fault", "freeze"], "<NODE>"),
+        (&["fault", "jam", "1%"], "unrecognized subcommand 'jam'"),
+        (&["fault", "clear", "--", "true"], "unexpected argument"),
+    ] {
+        let out = lab().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(says),
+            "{args:?}: {says:?} missing from:\n{err}"
+        );
+    }
+}
+
 /// `--cpus` and `LAB_PAIR_SMP` take 1 to 16 vCPUs per pair node: anything else stops before a
 /// lab starts, naming what is accepted (clap's usage error for the flag, exit 2).
 #[test]

@@ -240,7 +240,7 @@ fn wait_in_guest(shared: &Shared, pattern: &str, limit: Duration, s: &Started) {
 
 /// The shared lab's lock is free and nothing matching `pattern` runs in its guest.
 fn assert_lab_clean(shared: &Shared, t: Topology, pattern: &str) {
-    let lock = shared.dir.join(t.name()).join("run.lock");
+    let lock = harness::StateDir::at(shared.dir.join(t.name())).run_lock();
     if lock.exists() {
         let st = Command::new("flock")
             .args(["-n", lock.to_str().unwrap(), "true"])

@@ -83,7 +83,7 @@ impl Daemon {
         self.home.join("loopback")
     }
     fn pid(&self) -> u32 {
-        std::fs::read_to_string(self.dir().join("daemon.pid"))
+        std::fs::read_to_string(harness::StateDir::at(self.dir()).daemon_pid())
             .unwrap()
             .trim()
             .parse()
@@ -93,7 +93,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(p) = std::fs::read_to_string(self.dir().join("daemon.pid")) {
+        if let Ok(p) = std::fs::read_to_string(harness::StateDir::at(self.dir()).daemon_pid()) {
             signal(p.trim().parse().unwrap_or(0), "CONT");
         }
         let _ = Self::cli(&self.home, &["down"]);

@@ -14,9 +14,10 @@
 
 use contracts::HostRequest;
 use harness::Node;
+use harness::StateDir;
 use harness::conn::Cmd;
 use harness::proto::ExitStatus;
-use harness::testbed::{Testbed, generation, killed_marker};
+use harness::testbed::{Testbed, generation};
 use harness::testing::{lock, wire_lab};
 use harness::wire::Capture;
 use harness::wire::decode::{Frame, read_pcap};
@@ -261,18 +262,18 @@ fn partition_heal_freeze_thaw() {
     assert!(ping(&lab, Node::B, "10.77.0.1"));
 
     let dir = fault::lab_dir(&lab).unwrap();
-    fault::freeze(&dir, Node::B).unwrap();
-    assert!(fault::frozen(&dir, Node::B).unwrap());
+    harness::qmp::freeze(&dir, Node::B).unwrap();
+    assert!(harness::qmp::frozen(&dir, Node::B).unwrap());
     assert!(
         !ping(&lab, Node::A, "10.77.0.2"),
         "a frozen node answers nothing"
     );
-    fault::thaw(&dir, Node::B).unwrap();
-    assert!(!fault::frozen(&dir, Node::B).unwrap());
+    harness::qmp::thaw(&dir, Node::B).unwrap();
+    assert!(!harness::qmp::frozen(&dir, Node::B).unwrap());
     assert!(ping(&lab, Node::A, "10.77.0.2"), "thawed");
 
     // clear thaws too.
-    fault::freeze(&dir, Node::A).unwrap();
+    harness::qmp::freeze(&dir, Node::A).unwrap();
     fault::clear(&lab).unwrap();
     assert!(!fault::any_active(&lab).unwrap());
     assert!(ping(&lab, Node::B, "10.77.0.1"));
@@ -309,7 +310,7 @@ fn kill_restart_and_clear() {
 
     let said = lab.host(HostRequest::Kill(Node::B)).unwrap();
     assert!(said.contains("node b killed"), "{said}");
-    assert!(killed_marker(&dir, Node::B).exists());
+    assert!(StateDir::at(&dir).killed(Node::B).exists());
     let st = status_text(&lab);
     assert!(st.contains("node b: killed"), "{st}");
     // The lab is up: node a still runs commands, and nothing answers it from b.
@@ -320,7 +321,7 @@ fn kill_restart_and_clear() {
 
     let said = lab.host(HostRequest::Restart(Node::B)).unwrap();
     assert!(said.contains("node b restarted"), "{said}");
-    assert!(!killed_marker(&dir, Node::B).exists());
+    assert!(!StateDir::at(&dir).killed(Node::B).exists());
     assert_eq!(generation(&dir, Node::B), g0 + 1);
     assert!(
         ping(&lab, Node::A, "10.77.0.2"),

@@ -1,6 +1,14 @@
 //! `bench` (hidden): boot and exec latency, QEMU's CPU time and memory, for the README.
 
-use super::*;
+use crate::conn::Cmd;
+use crate::proto::ExitStatus;
+use crate::testbed::Testbed;
+use crate::vm::VmOptions;
+use crate::{Node, vm};
+use anyhow::{Result, bail};
+
+use super::TopoArg;
+use std::time::{Duration, Instant};
 
 pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -2,7 +2,13 @@
 //! it). Sets up what it needs first (`scripts/setup.sh --book`: graphviz and the pinned mdbook),
 //! builds with the one shared build, then runs the generator.
 
-use super::*;
+use super::chapters::{Build, build, prepare};
+use super::doctor::run_setup;
+use super::root;
+use crate::vm;
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The mdbook `scripts/setup.sh --book` pins (book/src/lib.rs says why this one).
 const MDBOOK_VERSION: &str = "0.4.52";

@@ -1,7 +1,18 @@
 //! The course: `list`, `build`, `run`, `tour`, and what they share (setup on a fresh machine,
 //! the builds).
 
-use super::*;
+use crate::course::{Chapter, Course};
+use crate::testbed::{Provider, Testbed};
+use crate::testing::Transcript;
+use crate::{Topology, testbed, testing, vm};
+use anyhow::{Context as _, Result, bail};
+
+use super::doctor::{Check, checks, run_setup};
+use super::root;
+use super::wire::{finish_trace, start_trace};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub(super) fn list() -> Result<i32> {
     let (course, root) = Course::load()?;

@@ -1,6 +1,11 @@
 //! `doctor` and `setup`: every prerequisite, with its fix; the embedded scripts/setup.sh.
 
-use super::*;
+use crate::{testbed, vm};
+use anyhow::{Context as _, Result};
+
+use super::SETUP_SH;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 #[derive(Debug)]
 pub(super) struct Check {

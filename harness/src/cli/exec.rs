@@ -1,7 +1,20 @@
 //! `exec` and `shell`: a command where the rxe device is, as a runner (environment, stdin,
 //! exit status), and `exec --cargo`.
 
-use super::*;
+use super::labs::{daemon_alive, home, same_userspace, up_in};
+use super::wire::{finish_trace, start_trace};
+use super::{TopoArg, interrupted};
+use crate::conn::{Cmd, Event};
+use crate::proto::ExitStatus;
+use crate::testbed::{Provider, Testbed};
+use crate::{Node, Topology, testbed};
+use anyhow::{Context as _, Result, bail};
+use std::io::{BufRead as _, Write as _};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::Duration;
 
 pub(super) fn pick_topology(node: Option<Node>, t: Option<TopoArg>) -> Result<Topology> {
     Ok(match (t, node) {

@@ -1,6 +1,17 @@
 //! Labs: `up`, `status`, `down`, and the daemon `up` starts (its relay sockets, its logs).
 
-use super::*;
+use super::interrupted;
+use crate::course::workspace_root;
+use crate::testbed::{Provider, Testbed};
+use crate::vm::VmOptions;
+use crate::{Node, StateDir, Topology, testbed, vm};
+use anyhow::{Context as _, Result, bail};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Where `up` keeps labs and `exec` finds them: `LAB_STATE_DIR`, else this workspace's. Outside
 /// any rxe-lab workspace (cargo's runner in another project, an installed `cargo-lab`): one
@@ -13,7 +24,7 @@ pub(super) fn home() -> Result<PathBuf> {
 
 /// Is the daemon in `dir` answering?
 pub(super) fn daemon_alive(dir: &Path) -> bool {
-    let Ok(s) = UnixStream::connect(dir.join("node-a.sock")) else {
+    let Ok(s) = UnixStream::connect(StateDir::at(dir).node_sock(Node::A)) else {
         return false;
     };
     let Ok(c) = crate::conn::Conn::new(s, "probe") else {
@@ -23,7 +34,7 @@ pub(super) fn daemon_alive(dir: &Path) -> bool {
 }
 
 pub(super) fn daemon_pid(dir: &Path) -> Option<u32> {
-    std::fs::read_to_string(dir.join("daemon.pid"))
+    std::fs::read_to_string(StateDir::at(dir).daemon_pid())
         .ok()?
         .trim()
         .parse()
@@ -101,7 +112,7 @@ pub(super) fn start_daemon(
     }
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let log = std::fs::File::create(dir.join("daemon.log"))?;
+    let log = std::fs::File::create(StateDir::at(dir).daemon_log())?;
     let exe = std::env::current_exe()?;
     use std::os::unix::process::CommandExt as _;
     let mut cmd = Command::new(exe);
@@ -172,8 +183,8 @@ pub(super) fn wait_daemon(
             }
             bail!("interrupted: the {} lab was torn down", t.name());
         }
-        if dir.join("ready").exists() {
-            let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
+        if StateDir::at(dir).ready().exists() {
+            let info = std::fs::read_to_string(StateDir::at(dir).info()).unwrap_or_default();
             if verbose {
                 eprintln!(
                     "{} lab up in {:.1} s: {}",
@@ -185,7 +196,7 @@ pub(super) fn wait_daemon(
             return Ok(());
         }
         if let Some(st) = child.try_wait()? {
-            let log = vm::tail(&dir.join("daemon.log"), 40);
+            let log = vm::tail(&StateDir::at(dir).daemon_log(), 40);
             let keep = failed_logs_dir();
             if keep_logs(dir, &keep) > 0 {
                 eprintln!("(the lab's logs are kept in {})", keep.display());
@@ -211,8 +222,8 @@ pub(super) fn wait_daemon(
                 "the {} lab did not start within {} s\n{}\n{}",
                 t.name(),
                 limit.as_secs(),
-                vm::tail(&dir.join("daemon.log"), 20),
-                vm::tail(&dir.join("console-a.log"), 20)
+                vm::tail(&StateDir::at(dir).daemon_log(), 20),
+                vm::tail(&StateDir::at(dir).console_log(Node::A), 20)
             );
         }
         if verbose && t0.elapsed() > next_note {
@@ -251,10 +262,13 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
     ] {
         signal_hook::flag::register(sig, term.clone())?;
     }
-    std::fs::write(dir.join("daemon.pid"), std::process::id().to_string())?;
+    std::fs::write(
+        StateDir::at(dir).daemon_pid(),
+        std::process::id().to_string(),
+    )?;
     // Before the lab is ready: whoever attaches then finds the userspace it runs.
     std::fs::write(
-        dir.join("userspace"),
+        StateDir::at(dir).userspace(),
         testbed::userspace_name(&crate::userspace::chosen()?),
     )?;
     let opts = VmOptions::from_env()?;
@@ -263,7 +277,7 @@ pub(super) fn daemon(t: Topology, dir: &Path) -> Result<i32> {
     }
     let lab = Testbed::boot_in(t, &opts, dir.to_path_buf(), false)?;
     std::fs::write(
-        dir.join("info"),
+        StateDir::at(dir).info(),
         format!(
             "pid {}, {}, qemu pids {:?}",
             std::process::id(),
@@ -285,13 +299,13 @@ pub(super) fn status() -> Result<i32> {
     for t in Topology::all() {
         let dir = home.join(t.name());
         if daemon_alive(&dir) {
-            let info = std::fs::read_to_string(dir.join("info")).unwrap_or_default();
+            let info = std::fs::read_to_string(StateDir::at(&dir).info()).unwrap_or_default();
             println!("{:<9} up    {}", t.name(), info.trim());
             // `cargo lab fault kill|restart` changes a node's VM (the pids above are the
             // first boot's).
             for n in [crate::Node::A, crate::Node::B] {
                 let restarts = testbed::generation(&dir, n);
-                if testbed::killed_marker(&dir, n).exists() {
+                if StateDir::at(&dir).killed(n).exists() {
                     println!(
                         "          node {}: killed (`cargo lab fault restart {}`)",
                         n.name(),
@@ -301,7 +315,10 @@ pub(super) fn status() -> Result<i32> {
                     println!("          node {}: restarted {restarts} time(s)", n.name());
                 }
             }
-            println!("          console: {}", dir.join("console-a.log").display());
+            println!(
+                "          console: {}",
+                StateDir::at(&dir).console_log(Node::A).display()
+            );
         } else if dir.exists() {
             println!(
                 "{:<9} down  (stale state in {}; `cargo lab down` clears it)",
@@ -317,7 +334,7 @@ pub(super) fn status() -> Result<i32> {
 
 pub(super) fn stop_daemon(dir: &Path) -> bool {
     let mut was = false;
-    if let Ok(s) = UnixStream::connect(dir.join("node-a.sock"))
+    if let Ok(s) = UnixStream::connect(StateDir::at(dir).node_sock(Node::A))
         && let Ok(c) = crate::conn::Conn::new(s, "down")
     {
         c.shutdown();

@@ -2,28 +2,19 @@
 //!
 //! This file holds the command line (clap) and the dispatch; each command family has its file:
 //! [`labs`] (up, status, down, the daemon), [`exec`] (exec, shell), [`chapters`] (list, build,
-//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`book`], [`bench`].
+//! run, tour), [`suite`] (test), [`doctor`] (doctor, setup), [`book`], [`bench`], [`wire`]
+//! (trace), [`fault`].
 //!
 //! Every error names the next command to run; every wait has a deadline; Ctrl-C tears down
 //! what the command started.
 
-use crate::conn::{Cmd, Event};
-use crate::course::{Chapter, Course, workspace_root};
-use crate::proto::ExitStatus;
-use crate::testbed::{self, Provider, Testbed};
-use crate::testing::{self, Transcript};
-use crate::vm::{self, VmOptions};
+use crate::course::workspace_root;
 use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
-use std::io::{BufRead as _, Write as _};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
 mod bench;
 mod book;
@@ -31,17 +22,10 @@ mod chapters;
 mod doctor;
 mod exec;
 mod exercise;
+mod fault;
 mod labs;
 mod suite;
 mod wire;
-use bench::*;
-use book::*;
-use chapters::*;
-use doctor::*;
-use exec::*;
-use labs::*;
-use suite::*;
-use wire::*;
 
 /// scripts/setup.sh, embedded: the one source of truth for what the project needs.
 pub const SETUP_SH: &str = include_str!("../../../scripts/setup.sh");
@@ -201,28 +185,13 @@ enum Sub {
     /// Break the running pair lab's wire on purpose, or undo it.
     ///
     /// Impairments of RoCE v2 traffic only (UDP 4791; the TCP side channel stays clean), on
-    /// what node a, node b or both (default) send: `loss 5%`, `delay 10ms` or `delay
-    /// 10ms±2ms`, `duplicate 1%`, `reorder 25%`, `corrupt 1%` (tc netem in the guest, behind a
-    /// prio qdisc and a u32 filter). `partition` loses everything the node(s) send (`-n a`:
-    /// only a -> b), `heal` ends it; `freeze NODE` / `thaw NODE` stop and resume a VM (QEMU's
-    /// monitor); `kill NODE` ends a VM (its QEMU process dies, the lab stays up) and `restart
-    /// NODE` boots a fresh one on the same wire; `status` shows what is active; `clear` undoes
-    /// everything, restarting a killed node (so does `cargo lab down`). With `-- CMD`, the faults last while CMD runs on `--on` (default a), then are
-    /// cleared, Ctrl-C included.
+    /// what node a, node b or both (default) send (tc netem in the guest, behind a prio qdisc
+    /// and a u32 filter); `freeze`/`thaw` go through QEMU's monitor, `kill`/`restart` through
+    /// the lab's daemon. With `-- CMD`, an impairment lasts while CMD runs on `--on` (default
+    /// a), then every fault is cleared, Ctrl-C included.
     Fault {
-        /// loss, delay, duplicate, reorder, corrupt, partition, heal, freeze, thaw, kill,
-        /// restart, clear, status.
-        action: String,
-        /// The amount (5%, 10ms±2ms), or the node for freeze/thaw/kill/restart.
-        value: Option<String>,
-        /// The node whose outgoing packets are impaired (default both).
-        #[arg(long, short)]
-        node: Option<Node>,
-        /// Where `-- CMD` runs.
-        #[arg(long, default_value = "a")]
-        on: Node,
-        #[arg(last = true)]
-        cmd: Vec<String>,
+        #[command(subcommand)]
+        action: fault::FaultCmd,
     },
     /// Set up if needed, start the labs, run `cargo test [ARGS]` (with `--workspace` unless
     /// ARGS select packages with -p/--package), tear down.
@@ -344,19 +313,19 @@ pub fn main() -> i32 {
 
 /// `--cpus N`: clap shows the error, with what is accepted.
 fn parse_cpus(s: &str) -> std::result::Result<u32, String> {
-    vm::parse_pair_smp(s).map_err(|e| format!("{e:#}"))
+    crate::vm::parse_pair_smp(s).map_err(|e| format!("{e:#}"))
 }
 
 fn dispatch(cmd: Sub) -> Result<i32> {
     match cmd {
-        Sub::Doctor => doctor(),
+        Sub::Doctor => doctor::doctor(),
         Sub::Setup {
             vm,
             native,
             dev,
             book,
             print,
-        } => setup(vm, native, dev, book, print),
+        } => doctor::setup(vm, native, dev, book, print),
         Sub::Up { topology, cpus } => {
             if cpus.is_some() && !matches!(topology, TopoArg::One(Topology::Pair)) {
                 bail!(
@@ -365,19 +334,19 @@ fn dispatch(cmd: Sub) -> Result<i32> {
                 );
             }
             for t in topology.list() {
-                up(t, true, cpus)?;
+                labs::up(t, true, cpus)?;
             }
             eprintln!("next: `cargo lab exec -- ibv_devinfo`; `cargo lab down` stops the labs");
             Ok(0)
         }
-        Sub::Status => status(),
+        Sub::Status => labs::status(),
         Sub::Book {
             out,
             serve,
             port,
             serve_secs,
-        } => book(out, serve, port, serve_secs),
-        Sub::Down { topology } => down(&topology.list()),
+        } => book::book(out, serve, port, serve_secs),
+        Sub::Down { topology } => labs::down(&topology.list()),
         Sub::Exec {
             node,
             topology,
@@ -390,20 +359,20 @@ fn dispatch(cmd: Sub) -> Result<i32> {
                 if cargo {
                     bail!("--trace and --cargo cannot be used together");
                 }
-                exec_traced(node, topology, &env, cmd, &file)
+                exec::exec_traced(node, topology, &env, cmd, &file)
             } else if cargo {
-                exec_cargo(node, topology, &env, cmd)
+                exec::exec_cargo(node, topology, &env, cmd)
             } else {
-                exec(node, topology, &env, cmd)
+                exec::exec(node, topology, &env, cmd)
             }
         }
-        Sub::Shell { node, topology } => shell(node, topology),
-        Sub::List => list(),
+        Sub::Shell { node, topology } => exec::shell(node, topology),
+        Sub::List => chapters::list(),
         Sub::Run {
             chapter,
             trace,
             args,
-        } => run(&chapter, &args, trace.as_deref()),
+        } => chapters::run(&chapter, &args, trace.as_deref()),
         Sub::Trace {
             file,
             update_docs,
@@ -411,11 +380,11 @@ fn dispatch(cmd: Sub) -> Result<i32> {
             redact,
             title,
         } => match file {
-            Some(f) if !update_docs => trace(&f, svg.as_deref(), redact, title.as_deref()),
-            _ => update_wire_docs(),
+            Some(f) if !update_docs => wire::trace(&f, svg.as_deref(), redact, title.as_deref()),
+            _ => wire::update_wire_docs(),
         },
-        Sub::Tour => tour(),
-        Sub::Build => build_cmd(),
+        Sub::Tour => chapters::tour(),
+        Sub::Build => chapters::build_cmd(),
         Sub::Test { kernel, args } => {
             if let Some(k) = kernel {
                 let k = crate::kernel_fetch::resolve(&k)?;
@@ -426,20 +395,14 @@ fn dispatch(cmd: Sub) -> Result<i32> {
                 );
                 crate::kernel::set_override(k);
             }
-            test(&args)
+            suite::test(&args)
         }
         Sub::Kernel { cmd } => kernel_cmd(cmd),
         Sub::Userspace { cmd } => userspace_cmd(cmd),
-        Sub::Fault {
-            action,
-            value,
-            node,
-            on,
-            cmd,
-        } => fault(&action, value.as_deref(), node, on, cmd),
+        Sub::Fault { action } => fault::fault(action),
         Sub::Exercise { cmd } => exercise::exercise(cmd),
-        Sub::Bench { runs, topology } => bench(runs, topology),
-        Sub::Daemon { topology, dir } => daemon(topology, &dir),
+        Sub::Bench { runs, topology } => bench::bench(runs, topology),
+        Sub::Daemon { topology, dir } => labs::daemon(topology, &dir),
     }
 }
 

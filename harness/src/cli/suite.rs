@@ -1,7 +1,20 @@
 //! `test`: set up, start both labs (or reuse `up`'s), `cargo test --workspace`, keep the logs
 //! of a failure, tear down.
 
-use super::*;
+use super::chapters::{prepare, prepare_checkers};
+use super::labs::{
+    daemon_alive, failed_logs_dir, keep_logs, start_daemon, stop_daemon, wait_daemon,
+};
+use super::{interrupted, root};
+use crate::testbed::Provider;
+use crate::{Topology, testbed};
+use anyhow::{Context as _, Result, bail};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
 pub(super) fn test(args: &[String]) -> Result<i32> {
     let root = root()?;

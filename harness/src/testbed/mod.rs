@@ -13,7 +13,7 @@
 use crate::conn::{Cmd, Conn, Event, Output};
 use crate::proto::{self, Reply, Request};
 use crate::vm::{self, Vm, VmOptions};
-use crate::{Node, Topology};
+use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
 use contracts::HostRequest;
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ mod owner;
 mod relay;
 pub use native::*;
 use owner::Owner;
-pub use owner::{generation, killed_marker};
+pub use owner::generation;
 pub use relay::lost_in_relay;
 use relay::relay;
 
@@ -54,15 +54,30 @@ pub struct Testbed {
     pub topology: Topology,
     pub provider: Provider,
     pub nodes: Vec<LabNode>,
-    /// The VMs, when this process started them (and what it takes to restart one).
-    owner: Option<Arc<Owner>>,
-    /// The state dir (sockets, console logs); removed on drop when owned.
-    pub dir: Option<PathBuf>,
-    owned_dir: bool,
+    /// What this process holds of the lab: VMs it booted, a daemon's lab, or native rxe.
+    held: Held,
     /// How the lab came to be, for messages ("booted in 7.9 s (tcg)", "attached to ...").
     pub origin: String,
-    /// Attached labs: the daemon serving them (its pid when we attached).
-    daemon_pid: Option<u32>,
+}
+
+/// The states a lab can be in, from this process's side.
+#[derive(Debug)]
+enum Held {
+    /// VMs this process booted: their owner answers host requests and restarts a node. The
+    /// state dir is removed on drop when `remove_dir` (a private lab; not the daemon's).
+    Owned {
+        owner: Arc<Owner>,
+        dir: PathBuf,
+        remove_dir: bool,
+    },
+    /// A lab a daemon serves (`cargo lab up`); `daemon_pid`: the daemon's pid when this process
+    /// attached (None when its file was unreadable).
+    Attached {
+        dir: PathBuf,
+        daemon_pid: Option<u32>,
+    },
+    /// rxe on this host: no VM, no state dir.
+    Native,
 }
 
 /// Heartbeat: a node silent this long gets a ping ...
@@ -135,15 +150,18 @@ impl Heartbeat {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if let Some(o) = &self.owner {
-            for v in o.vms.lock().unwrap().iter() {
+        if let Held::Owned {
+            owner,
+            dir,
+            remove_dir,
+        } = &self.held
+        {
+            for v in owner.vms.lock().unwrap().iter() {
                 v.kill();
             }
-        }
-        if self.owned_dir
-            && let Some(d) = &self.dir
-        {
-            let _ = std::fs::remove_dir_all(d);
+            if *remove_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
 }
@@ -193,7 +211,7 @@ pub fn chosen_provider() -> Result<Provider> {
 
 /// The userspace a daemon's guests run, as its file `userspace` says: a root, or `host`.
 pub fn daemon_userspace(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("userspace"))
+    std::fs::read_to_string(StateDir::at(dir).userspace())
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "host".into())
 }
@@ -251,11 +269,8 @@ impl Testbed {
             topology,
             provider: Provider::Native,
             nodes,
-            owner: None,
-            dir: None,
-            owned_dir: false,
+            held: Held::Native,
             origin: "native rxe on this host".into(),
-            daemon_pid: None,
         }
     }
 
@@ -283,8 +298,13 @@ impl Testbed {
         ));
         let save_logs = || {
             let _ = std::fs::create_dir_all(&keep);
-            for f in ["console-a.log", "console-b.log", "qemu-a.log", "qemu-b.log"] {
-                let _ = std::fs::copy(dir.join(f), keep.join(f));
+            let state = StateDir::at(&dir);
+            for n in Node::ALL {
+                for f in [state.console_log(n), state.qemu_log(n)] {
+                    if let Some(name) = f.file_name() {
+                        let _ = std::fs::copy(&f, keep.join(name));
+                    }
+                }
             }
         };
         let booted = match vm::boot(topology, opts, &plan, &dir) {
@@ -347,9 +367,11 @@ impl Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
-            owner: Some(owner),
-            dir: Some(dir),
-            owned_dir: owned,
+            held: Held::Owned {
+                owner,
+                dir,
+                remove_dir: owned,
+            },
             origin: format!(
                 "{} in {:.1} s ({}, kernel {}{})",
                 how,
@@ -361,16 +383,16 @@ impl Testbed {
                     None => String::new(),
                 }
             ),
-            daemon_pid: None,
         })
     }
 
     /// Connects to a running daemon's lab in `dir` (`<home>/<topology>`).
     pub fn attach(topology: Topology, dir: &Path) -> Result<Testbed> {
-        let daemon_pid = read_pid(&dir.join("daemon.pid"));
+        let state = StateDir::at(dir);
+        let daemon_pid = read_pid(&state.daemon_pid());
         let mut nodes = vec![];
         for &n in topology.nodes() {
-            let sock = dir.join(format!("node-{}.sock", n.name()));
+            let sock = state.node_sock(n);
             let s = UnixStream::connect(&sock)
                 .with_context(|| format!("connecting to {}", sock.display()))?;
             let conn = Conn::new(s, &format!("node {}", n.name()))?;
@@ -379,18 +401,18 @@ impl Testbed {
             nodes.push(LabNode {
                 node: n,
                 conn,
-                console: Some(dir.join(format!("console-{}.log", n.name()))),
+                console: Some(state.console_log(n)),
             });
         }
         Ok(Testbed {
             topology,
             provider: Provider::Vm,
             nodes,
-            owner: None,
-            dir: Some(dir.to_path_buf()),
-            owned_dir: false,
+            held: Held::Attached {
+                dir: dir.to_path_buf(),
+                daemon_pid,
+            },
             origin: format!("attached to the lab in {}", dir.display()),
-            daemon_pid,
         })
     }
 
@@ -414,7 +436,7 @@ impl Testbed {
         let want = userspace_name(&crate::userspace::chosen()?);
         for h in homes {
             let dir = h.join(topology.name());
-            if dir.join("node-a.sock").exists()
+            if StateDir::at(&dir).node_sock(Node::A).exists()
                 && daemon_userspace(&dir) == want
                 && let Ok(lab) = Testbed::attach(topology, &dir)
             {
@@ -512,9 +534,10 @@ impl Testbed {
                 bail!("node {}: {why}", n.node.name());
             }
         }
-        let vms = match &self.owner {
-            Some(o) => o.vms.lock().unwrap(),
-            None => return self.check_daemon(),
+        let vms = match &self.held {
+            Held::Owned { owner, .. } => owner.vms.lock().unwrap(),
+            Held::Attached { dir, daemon_pid } => return check_daemon(dir, *daemon_pid),
+            Held::Native => return Ok(()),
         };
         for v in vms.iter() {
             if self.killed_on_purpose(v.node) {
@@ -533,20 +556,32 @@ impl Testbed {
 
     /// Is node `n` down because someone asked (`kill`, until its `restart`)?
     pub fn killed_on_purpose(&self, n: Node) -> bool {
-        self.dir
-            .as_ref()
-            .is_some_and(|d| killed_marker(d, n).exists())
+        self.dir()
+            .is_some_and(|d| StateDir::at(d).killed(n).exists())
+    }
+
+    /// The lab's state dir (sockets, console logs): none for native rxe.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.held {
+            Held::Owned { dir, .. } | Held::Attached { dir, .. } => Some(dir),
+            Held::Native => None,
+        }
+    }
+
+    /// Is this a lab a daemon serves (not one this process booted, not native)?
+    pub fn is_attached(&self) -> bool {
+        matches!(self.held, Held::Attached { .. })
     }
 
     /// A request to the lab's owner (freeze, kill or restart a node, its status): served here
     /// when this process runs the VMs, else by the daemon that does.
     pub fn host(&self, request: HostRequest) -> Result<String> {
-        match &self.owner {
-            Some(o) => o.carry_out(request).map_err(anyhow::Error::msg),
-            None if self.daemon_pid.is_some() => self.nodes[0]
+        match &self.held {
+            Held::Owned { owner, .. } => owner.carry_out(request).map_err(anyhow::Error::msg),
+            Held::Attached { .. } => self.nodes[0]
                 .conn
                 .host_request(&request.to_string(), Duration::from_secs(180)),
-            None => bail!(
+            Held::Native => bail!(
                 "{:?} needs the microVM lab: a native lab has no VM to freeze, kill or \
                  restart (`LAB_PROVIDER=vm`)",
                 request.to_string()
@@ -554,34 +589,9 @@ impl Testbed {
         }
     }
 
-    /// The attached lab's daemon: still the same live process?
-    fn check_daemon(&self) -> Result<()> {
-        if let (Some(pid), Some(dir)) = (self.daemon_pid, &self.dir) {
-            if !vm::pid_alive(pid) {
-                bail!("the lab daemon (pid {pid}) is gone");
-            }
-            match read_pid(&dir.join("daemon.pid")) {
-                Some(now) if now != pid => {
-                    bail!(
-                        "the lab in {} was restarted (daemon pid {pid}, now {now})",
-                        dir.display()
-                    );
-                }
-                None => {
-                    bail!(
-                        "the lab in {} was stopped (`cargo lab down`?)",
-                        dir.display()
-                    );
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
     /// What to say when the lab died under a run: why, the consoles' tails, the next command.
     pub fn dead_report(&self, why: &dyn std::fmt::Display) -> String {
-        let next = if self.daemon_pid.is_some() {
+        let next = if self.is_attached() {
             "next: `cargo lab status` shows the shared lab; `cargo lab down && cargo lab up` \
              restarts it (or unset LAB_STATE_DIR to let the test boot its own)"
         } else {
@@ -655,9 +665,11 @@ impl Testbed {
 
     /// The QEMU processes (pids) this lab owns.
     pub fn vm_pids(&self) -> Vec<u32> {
-        match &self.owner {
-            Some(o) => o.vms.lock().unwrap().iter().map(|v| v.pid()).collect(),
-            None => vec![],
+        match &self.held {
+            Held::Owned { owner, .. } => {
+                owner.vms.lock().unwrap().iter().map(|v| v.pid()).collect()
+            }
+            Held::Attached { .. } | Held::Native => vec![],
         }
     }
 
@@ -665,17 +677,20 @@ impl Testbed {
     /// state dir) speaking the agent protocol. Returns when a client asks for Shutdown or a VM
     /// dies. Used by the `cargo lab up` daemon.
     pub fn serve(self, term: Arc<std::sync::atomic::AtomicBool>) -> Result<()> {
-        let dir = self.dir.clone().context("a daemon needs a state dir")?;
+        let dir = self
+            .dir()
+            .context("a daemon needs a state dir")?
+            .to_path_buf();
         let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
         let lab = Arc::new(self);
         for n in &lab.nodes {
-            let sock = dir.join(format!("node-{}.sock", n.node.name()));
+            let sock = StateDir::at(&dir).node_sock(n.node);
             let _ = std::fs::remove_file(&sock);
             let listener =
                 UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
             let conn = n.conn.clone();
             let stop = stop.clone();
-            let killed = killed_marker(&dir, n.node);
+            let killed = StateDir::at(&dir).killed(n.node);
             std::thread::spawn(move || {
                 for s in listener.incoming().flatten() {
                     let conn = conn.clone();
@@ -685,7 +700,7 @@ impl Testbed {
                 }
             });
         }
-        std::fs::write(dir.join("ready"), "")?;
+        std::fs::write(StateDir::at(&dir).ready(), "")?;
         let (m, cv) = &*stop;
         let mut g = m.lock().unwrap();
         while !*g {
@@ -702,9 +717,34 @@ impl Testbed {
         }
         drop(g);
         for n in &lab.nodes {
-            let _ = std::fs::remove_file(dir.join(format!("node-{}.sock", n.node.name())));
+            let _ = std::fs::remove_file(StateDir::at(&dir).node_sock(n.node));
         }
-        let _ = std::fs::remove_file(dir.join("ready"));
+        let _ = std::fs::remove_file(StateDir::at(&dir).ready());
         Ok(())
     }
+}
+
+/// An attached lab's daemon: still the same live process?
+fn check_daemon(dir: &Path, daemon_pid: Option<u32>) -> Result<()> {
+    if let Some(pid) = daemon_pid {
+        if !vm::pid_alive(pid) {
+            bail!("the lab daemon (pid {pid}) is gone");
+        }
+        match read_pid(&StateDir::at(dir).daemon_pid()) {
+            Some(now) if now != pid => {
+                bail!(
+                    "the lab in {} was restarted (daemon pid {pid}, now {now})",
+                    dir.display()
+                );
+            }
+            None => {
+                bail!(
+                    "the lab in {} was stopped (`cargo lab down`?)",
+                    dir.display()
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -6,12 +6,13 @@
 //! and carries it out.
 //!
 //! Other processes see a node killed on purpose through a marker file in the state dir
-//! ([`killed_marker`]), and count its restarts in another ([`generation`]): the relay answers
+//! ([`StateDir::killed`](crate::StateDir::killed)), and count its restarts in another ([`generation`]): the relay answers
 //! heartbeats for it, [`Testbed::check`] does not call the lab dead, and the role scheduler
 //! starts the node's role again once it is back.
 
 use super::*;
 use crate::wire::cable::Cable;
+use crate::{StateDir, qmp};
 
 /// A booted lab's VMs and what it takes to start one again.
 pub(super) struct Owner {
@@ -33,14 +34,9 @@ impl std::fmt::Debug for Owner {
     }
 }
 
-/// Exists while node `n` is down because someone asked (`kill`), until its `restart`.
-pub fn killed_marker(dir: &Path, n: Node) -> PathBuf {
-    dir.join(format!("killed-{}", n.name()))
-}
-
 /// How many times node `n` was restarted.
 pub fn generation(dir: &Path, n: Node) -> u64 {
-    std::fs::read_to_string(dir.join(format!("generation-{}", n.name())))
+    std::fs::read_to_string(StateDir::at(dir).generation(n))
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
@@ -55,17 +51,16 @@ impl Owner {
 
     /// Carries out one request.
     pub(super) fn carry_out(&self, request: HostRequest) -> Result<String, String> {
-        use crate::wire::fault;
         match request {
             HostRequest::Status => Ok(self.status()),
             HostRequest::TraceStart => self.trace(true),
             HostRequest::TraceStop => self.trace(false),
             HostRequest::Freeze(n) => self.change(n, true, || {
-                fault::freeze(&self.dir, n)
+                qmp::freeze(&self.dir, n)
                     .map(|()| format!("node {} frozen (QEMU stopped its vCPUs)", n.name()))
             }),
             HostRequest::Thaw(n) => self.change(n, true, || {
-                fault::thaw(&self.dir, n).map(|()| format!("node {} running again", n.name()))
+                qmp::thaw(&self.dir, n).map(|()| format!("node {} running again", n.name()))
             }),
             HostRequest::Kill(n) => self.change(n, false, || self.kill(n)),
             HostRequest::Restart(n) => self.change(n, false, || self.restart(n)),
@@ -119,7 +114,7 @@ impl Owner {
     }
 
     fn is_killed(&self, n: Node) -> bool {
-        killed_marker(&self.dir, n).exists()
+        StateDir::at(&self.dir).killed(n).exists()
     }
 
     fn status(&self) -> String {
@@ -130,7 +125,7 @@ impl Owner {
                 let state = if self.is_killed(n) {
                     "killed"
                 } else {
-                    match crate::wire::fault::frozen(&self.dir, n) {
+                    match qmp::frozen(&self.dir, n) {
                         Ok(true) => "frozen",
                         Ok(false) => "running",
                         Err(_) => "unreachable",
@@ -146,7 +141,7 @@ impl Owner {
     }
 
     fn kill(&self, n: Node) -> Result<String> {
-        std::fs::write(killed_marker(&self.dir, n), "")?;
+        std::fs::write(StateDir::at(&self.dir).killed(n), "")?;
         let vms = self.vms.lock().unwrap();
         let v = vms
             .iter()
@@ -184,11 +179,8 @@ impl Owner {
             vms.push(fresh);
         }
         let g = generation(&self.dir, n) + 1;
-        std::fs::write(
-            self.dir.join(format!("generation-{}", n.name())),
-            g.to_string(),
-        )?;
-        std::fs::remove_file(killed_marker(&self.dir, n))?;
+        std::fs::write(StateDir::at(&self.dir).generation(n), g.to_string())?;
+        std::fs::remove_file(StateDir::at(&self.dir).killed(n))?;
         Ok(format!(
             "node {} restarted: a fresh VM, booted in {:.1} s",
             n.name(),

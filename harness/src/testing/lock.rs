@@ -28,7 +28,7 @@ impl std::fmt::Debug for LabGuard {
 /// dies while we wait ends the wait at once.
 pub fn lock(lab: &Testbed) -> LabGuard {
     let process = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let file = match &lab.dir {
+    let file = match lab.dir() {
         Some(d) => lock_file(lab, d).unwrap_or_else(|e| panic!("{e}")),
         None => None,
     };
@@ -45,7 +45,7 @@ pub(super) fn lock_file(
 ) -> Result<Option<std::fs::File>, String> {
     use std::io::Write as _;
     use std::os::unix::fs::MetadataExt as _;
-    let path = d.join("run.lock");
+    let path = crate::StateDir::at(d).run_lock();
     let limit = run_timeout() * 2 + Duration::from_secs(30);
     let t0 = Instant::now();
     let mut said = false;

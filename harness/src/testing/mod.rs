@@ -18,11 +18,11 @@
 //! `cargo lab test`/`cargo lab up` daemon runs), `LAB_PROVIDER`, `LAB_VM_MEM_MB`, `LAB_ACCEL`,
 //! `LAB_BOOT_TIMEOUT_SECS`.
 
-use crate::conn::{Cmd, Event};
+use crate::conn::Cmd;
 use crate::course::{Course, workspace_root};
 use crate::proto::ExitStatus;
 pub use crate::redact::redact;
-use crate::testbed::{Heartbeat, Provider, Testbed};
+use crate::testbed::{Provider, Testbed};
 use crate::{Node, Topology};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};

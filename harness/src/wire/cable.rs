@@ -32,7 +32,7 @@
 //! `-wr`, for the host's `/proc/<pid>/task/<tid>/schedstat`.
 
 use super::decode::Frame;
-use crate::Node;
+use crate::{Node, StateDir};
 use anyhow::{Context as _, Result};
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -141,7 +141,8 @@ impl Cable {
 
     /// [`Cable::start`] with the timing log written to `log` (`None`: no log).
     pub fn start_logged(dir: &Path, log: Option<&Path>) -> Result<Cable> {
-        let socks = [dir.join("wire-a.sock"), dir.join("wire-b.sock")];
+        let state = StateDir::at(dir);
+        let socks = [state.wire_sock(Node::A), state.wire_sock(Node::B)];
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let ports: [Port; 2] = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];

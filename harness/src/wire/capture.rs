@@ -4,9 +4,9 @@
 //! nothing (QEMU writes the pcap on the host). A node a killed under the run (chapter 13's
 //! killed-peer) ends the recording with its VM: the file holds what crossed until then.
 
-use super::qmp::{Qmp, json_str};
+use crate::qmp::{Qmp, json_str};
 use crate::testbed::{Provider, Testbed};
-use crate::{Node, Topology};
+use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,8 +27,8 @@ pub fn qmp_sock(lab: &Testbed, node: Node) -> Result<PathBuf> {
              to itself); trace on the pair: `-t pair`"
         );
     }
-    let dir = lab.dir.as_ref().context("a VM lab without a state dir")?;
-    Ok(dir.join(format!("qmp-{}.sock", node.name())))
+    let dir = lab.dir().context("a VM lab without a state dir")?;
+    Ok(StateDir::at(dir).qmp_sock(node))
 }
 
 /// A capture in progress; [`Capture::stop`] ends it (dropping it ends it too).

@@ -8,8 +8,8 @@
 //!   take a different (and racy) resend path than a loss on the wire.
 //! - `partition`: a root `netem loss 100%` on the node(s): every packet that node sends is lost
 //!   (the agents talk over virtio-serial, not the wire, so the lab stays in control).
-//! - `freeze`/`thaw`: the QEMU monitor's `stop`/`cont`: the node's vCPUs stop, its kernel (and
-//!   rxe) neither sends nor answers, then resumes where it was.
+//! - `freeze`/`thaw` are the QEMU monitor's (`crate::qmp`): the node's vCPUs stop, its kernel
+//!   (and rxe) neither sends nor answers, then resumes where it was. [`clear`] thaws them too.
 //!
 //! The impairments per node are kept in `faults` in the lab's state dir and re-applied as a
 //! whole at every change (`tc qdisc replace`), so several combine (`loss 5%` then
@@ -17,14 +17,14 @@
 //! them by construction (the VMs go).
 
 use super::capture::qmp_sock;
-use super::qmp::Qmp;
-use crate::Node;
 use crate::conn::Cmd;
 use crate::proto::ExitStatus;
+use crate::qmp::{frozen, thaw_all};
 use crate::testbed::Testbed;
-use anyhow::{Context as _, Result, bail};
+use crate::{Node, StateDir};
+use anyhow::{Result, bail};
 use contracts::HostRequest;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The guest interface of the pair's wire.
@@ -74,47 +74,91 @@ impl Impair {
 
     /// Parses `loss 5%`, `delay 10ms`, `delay 10ms±2ms` (or `10ms+-2ms`), `duplicate 1%`,
     /// `reorder 25%`, `corrupt 1%` (the `%` and `ms` are optional).
-    pub fn parse(kind: &str, value: &str) -> Result<Impair> {
-        let pct = |v: &str| -> Result<f64> {
+    pub fn parse(kind: &str, value: &str) -> Result<Impair, ParseFaultError> {
+        let pct = || value.parse::<Percent>().map(|p| p.0);
+        Ok(match kind {
+            "loss" => Impair::Loss(pct()?),
+            "duplicate" => Impair::Duplicate(pct()?),
+            "reorder" => Impair::Reorder(pct()?),
+            "corrupt" => Impair::Corrupt(pct()?),
+            "delay" => value.parse::<Delay>()?.into(),
+            other => return Err(ParseFaultError::UnknownImpairment(other.to_string())),
+        })
+    }
+}
+
+/// Why an impairment's value (or name) does not parse: `cargo lab fault` prints it and exits 2.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParseFaultError {
+    #[error("{0:?}: expected a percentage such as 5%")]
+    NotAPercentage(String),
+    #[error("{0}: a percentage is between 0% and 100%")]
+    PercentageOutOfRange(String),
+    #[error("{0:?}: expected milliseconds such as 10ms, or 10ms±2ms")]
+    NotMilliseconds(String),
+    #[error("{0}: a delay (and its jitter) is between 0ms and 60000ms")]
+    DelayOutOfRange(String),
+    #[error("unknown impairment {0:?} (loss, delay, duplicate, reorder, corrupt)")]
+    UnknownImpairment(String),
+}
+
+/// A share of packets, 0% to 100% (`5%`, `5`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Percent(pub f64);
+
+impl std::str::FromStr for Percent {
+    type Err = ParseFaultError;
+    fn from_str(v: &str) -> Result<Percent, ParseFaultError> {
+        let n: f64 = v
+            .trim()
+            .trim_end_matches('%')
+            .parse()
+            .map_err(|_| ParseFaultError::NotAPercentage(v.to_string()))?;
+        if !(0.0..=100.0).contains(&n) {
+            return Err(ParseFaultError::PercentageOutOfRange(v.to_string()));
+        }
+        Ok(Percent(n))
+    }
+}
+
+/// A delay with its jitter: `10ms`, `10ms±2ms` or `10ms+-2ms` (the `ms` is optional).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Delay {
+    pub ms: f64,
+    pub jitter_ms: f64,
+}
+
+impl std::str::FromStr for Delay {
+    type Err = ParseFaultError;
+    fn from_str(value: &str) -> Result<Delay, ParseFaultError> {
+        let ms = |v: &str| -> Result<f64, ParseFaultError> {
             let n: f64 = v
                 .trim()
-                .trim_end_matches('%')
+                .trim_end_matches("ms")
                 .parse()
-                .with_context(|| format!("{kind} {v:?}: expected a percentage such as 5%"))?;
-            if !(0.0..=100.0).contains(&n) {
-                bail!("{kind} {v}: a percentage is between 0% and 100%");
-            }
-            Ok(n)
-        };
-        let ms = |v: &str| -> Result<f64> {
-            let n: f64 =
-                v.trim().trim_end_matches("ms").parse().with_context(|| {
-                    format!("delay {value:?}: expected milliseconds such as 10ms")
-                })?;
+                .map_err(|_| ParseFaultError::NotMilliseconds(value.to_string()))?;
             if !(0.0..=60_000.0).contains(&n) {
-                bail!("delay {value}: between 0ms and 60000ms");
+                return Err(ParseFaultError::DelayOutOfRange(value.to_string()));
             }
             Ok(n)
         };
-        Ok(match kind {
-            "loss" => Impair::Loss(pct(value)?),
-            "duplicate" => Impair::Duplicate(pct(value)?),
-            "reorder" => Impair::Reorder(pct(value)?),
-            "corrupt" => Impair::Corrupt(pct(value)?),
-            "delay" => {
-                let (d, j) = match value.split_once('±').or_else(|| value.split_once("+-")) {
-                    Some((d, j)) => (ms(d)?, ms(j)?),
-                    None => (ms(value)?, 0.0),
-                };
-                Impair::Delay {
-                    ms: d,
-                    jitter_ms: j,
-                }
-            }
-            other => {
-                bail!("unknown impairment {other:?} (loss, delay, duplicate, reorder, corrupt)")
-            }
+        let (d, j) = match value.split_once('±').or_else(|| value.split_once("+-")) {
+            Some((d, j)) => (ms(d)?, ms(j)?),
+            None => (ms(value)?, 0.0),
+        };
+        Ok(Delay {
+            ms: d,
+            jitter_ms: j,
         })
+    }
+}
+
+impl From<Delay> for Impair {
+    fn from(d: Delay) -> Impair {
+        Impair::Delay {
+            ms: d.ms,
+            jitter_ms: d.jitter_ms,
+        }
     }
 }
 
@@ -180,9 +224,7 @@ impl Faults {
 }
 
 fn state_file(lab: &Testbed) -> Result<PathBuf> {
-    // qmp_sock checks that this is the VM pair.
-    let sock = qmp_sock(lab, Node::A)?;
-    Ok(sock.with_file_name("faults"))
+    Ok(StateDir::at(lab_dir(lab)?).faults())
 }
 
 /// The faults recorded for this lab.
@@ -286,45 +328,8 @@ pub fn heal(lab: &Testbed, nodes: &[Node]) -> Result<()> {
 
 /// The pair's state dir (where the monitors' sockets are).
 pub fn lab_dir(lab: &Testbed) -> Result<PathBuf> {
-    Ok(state_file(lab)?.with_file_name(""))
-}
-
-fn qmp(dir: &Path, node: Node) -> Result<Qmp> {
-    Qmp::connect(&dir.join(format!("qmp-{}.sock", node.name())))
-}
-
-/// Stops a node's vCPUs (QEMU `stop`): it goes silent, and keeps its state. `dir`: the pair's
-/// state dir ([`lab_dir`]); the monitor needs no agent, so this works on a frozen node too.
-pub fn freeze(dir: &Path, node: Node) -> Result<()> {
-    qmp(dir, node)?.execute("stop", "")?;
-    Ok(())
-}
-
-/// Resumes a frozen node (QEMU `cont`).
-pub fn thaw(dir: &Path, node: Node) -> Result<()> {
-    qmp(dir, node)?.execute("cont", "")?;
-    Ok(())
-}
-
-/// Is the node frozen?
-pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
-    Ok(!qmp(dir, node)?.running()?)
-}
-
-/// Thaws every frozen node of the pair in `dir`; returns the nodes it thawed. (A node killed
-/// on purpose has no monitor until its restart.)
-pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
-    let mut out = vec![];
-    for n in Node::ALL {
-        if crate::testbed::killed_marker(dir, n).exists() {
-            continue;
-        }
-        if frozen(dir, n)? {
-            thaw(dir, n)?;
-            out.push(n);
-        }
-    }
-    Ok(out)
+    // qmp_sock checks that this is the VM pair.
+    Ok(qmp_sock(lab, Node::A)?.with_file_name(""))
 }
 
 /// Undoes everything: thaws both nodes, removes every qdisc, forgets the record.
@@ -332,7 +337,7 @@ pub fn clear(lab: &Testbed) -> Result<()> {
     let dir = lab_dir(lab)?;
     // A node killed on purpose comes back first (its qdiscs went with it).
     for n in Node::ALL {
-        if crate::testbed::killed_marker(&dir, n).exists() {
+        if StateDir::at(&dir).killed(n).exists() {
             lab.host(HostRequest::Restart(n))?;
         }
     }
@@ -432,7 +437,7 @@ pub fn status(lab: &Testbed) -> Result<Vec<NodeFault>> {
     let mut out = vec![];
     let dir = lab_dir(lab)?;
     for node in Node::ALL {
-        let state = if crate::testbed::killed_marker(&dir, node).exists() {
+        let state = if StateDir::at(&dir).killed(node).exists() {
             NodeState::Killed
         } else if frozen(&dir, node)? {
             NodeState::Frozen
@@ -562,7 +567,22 @@ mod tests {
         );
         assert!(Impair::parse("loss", "150%").is_err());
         assert!(Impair::parse("loss", "lots").is_err());
-        assert!(Impair::parse("jam", "1%").is_err());
+        assert_eq!(
+            Impair::parse("jam", "1%"),
+            Err(ParseFaultError::UnknownImpairment("jam".into()))
+        );
+        assert_eq!(
+            "150%".parse::<Percent>(),
+            Err(ParseFaultError::PercentageOutOfRange("150%".into()))
+        );
+        assert_eq!(
+            "soon".parse::<Delay>(),
+            Err(ParseFaultError::NotMilliseconds("soon".into()))
+        );
+        assert_eq!(
+            "10ms±70000ms".parse::<Delay>(),
+            Err(ParseFaultError::DelayOutOfRange("10ms±70000ms".into()))
+        );
     }
 
     #[test]

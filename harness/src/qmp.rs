@@ -1,13 +1,54 @@
-//! A minimal client of the QEMU monitor protocol (QMP) on a VM's `qmp-<node>.sock`: one
+//! The QEMU monitor of each VM: freezing and thawing a node ([`freeze`], [`thaw`]: QMP's
+//! `stop`/`cont`, which need no agent, so they work on a frozen node too), and a minimal client
+//! of the QEMU monitor protocol (QMP) on a VM's `qmp-<node>.sock` ([`Qmp`]): one
 //! command at a time, one JSON object per line, replies recognized by their `"return"` or
 //! `"error"` member (asynchronous events are skipped). No JSON crate: the commands are fixed
 //! strings, and what is read back is only success, an error's description, or `query-status`.
 
+use crate::{Node, StateDir};
 use anyhow::{Context as _, Result, bail};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
+
+fn monitor(dir: &Path, node: Node) -> Result<Qmp> {
+    Qmp::connect(&StateDir::at(dir).qmp_sock(node))
+}
+
+/// Stops a node's vCPUs (QEMU `stop`): it goes silent, and keeps its state. `dir`: the lab's
+/// state dir.
+pub fn freeze(dir: &Path, node: Node) -> Result<()> {
+    monitor(dir, node)?.execute("stop", "")?;
+    Ok(())
+}
+
+/// Resumes a frozen node (QEMU `cont`).
+pub fn thaw(dir: &Path, node: Node) -> Result<()> {
+    monitor(dir, node)?.execute("cont", "")?;
+    Ok(())
+}
+
+/// Is the node frozen?
+pub fn frozen(dir: &Path, node: Node) -> Result<bool> {
+    Ok(!monitor(dir, node)?.running()?)
+}
+
+/// Thaws every frozen node of the pair in `dir`; returns the nodes it thawed. (A node killed
+/// on purpose has no monitor until its restart.)
+pub fn thaw_all(dir: &Path) -> Result<Vec<Node>> {
+    let mut out = vec![];
+    for n in Node::ALL {
+        if StateDir::at(dir).killed(n).exists() {
+            continue;
+        }
+        if frozen(dir, n)? {
+            thaw(dir, n)?;
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
 
 /// A connected monitor, past the capabilities negotiation.
 #[derive(Debug)]
