@@ -131,19 +131,24 @@ fn quick_run() {
         .unwrap_or_else(|| panic!("no usleep(10) figure in:\n{client}"));
     assert!(usleep > 10.0, "usleep(10) took {usleep} us:\n{client}");
     // - alignment and huge pages change little: rxe copies with the CPU, and there is no NIC
-    //   to DMA or translate; medians within 0.5x..2x of the plain case;
+    //   to DMA or translate; medians within 0.5x..2x of the plain case. Quick mode times 10
+    //   rounds, and a round can fall into the host's slow mode (the README's "4 ms mode"), which
+    //   moves a median of 10 by 2x on its own; as for READ below, a run outside the band is
+    //   followed by one whole second run, and that one must be inside.
     let band = 0.5..=2.0;
-    let off64 = figure(r"offset 64 ratio=([0-9.]+),");
-    let off1 = figure(r"offset 1 ratio=([0-9.]+)");
-    let huge = figure(r"huge pages against 4 KiB pages: ratio=([0-9.]+)");
-    for (what, r) in [
-        ("offset 64", off64),
-        ("offset 1", off1),
-        ("huge pages", huge),
-    ] {
+    let mut memory = memory_ratios(client);
+    let mut memory_run = client.to_string();
+    if memory.iter().any(|(_, r)| !band.contains(r)) {
+        println!("memory ratios {memory:?} outside 0.5..2: running the chapter once more");
+        let again = run_chapter("ch11-performance", EXE, &["--quick"]);
+        again.assert_success();
+        memory_run = again.section("client").stdout.clone();
+        memory = memory_ratios(&memory_run);
+    }
+    for (what, r) in memory {
         assert!(
             band.contains(&r),
-            "{what} against the plain case: ratio {r}:\n{client}"
+            "{what} against the plain case: ratio {r}, outside 0.5..2 in two runs:\n{memory_run}"
         );
     }
     // - and the verb the claim names does not exist in this libibverbs (dlsym), while a real
@@ -187,6 +192,18 @@ fn figure(client: &str, re: &str) -> f64 {
         .captures(client)
         .map(|c| c[1].parse().unwrap())
         .unwrap_or_else(|| panic!("no {re} in:\n{client}"))
+}
+
+/// Section 4's memory ratios against the plain case: 64-byte and 1-byte offsets, huge pages.
+fn memory_ratios(client: &str) -> [(&'static str, f64); 3] {
+    [
+        ("offset 64", figure(client, r"offset 64 ratio=([0-9.]+),")),
+        ("offset 1", figure(client, r"offset 1 ratio=([0-9.]+)")),
+        (
+            "huge pages",
+            figure(client, r"huge pages against 4 KiB pages: ratio=([0-9.]+)"),
+        ),
+    ]
 }
 
 /// Our READ round trip over ib_read_lat's, from section 1e.
