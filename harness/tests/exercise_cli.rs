@@ -1,6 +1,7 @@
-//! `cargo lab exercise`: `list`, `reset`, `solution` and bad ids on a copy of the repository's
-//! registry (no device), `check` on the lab's real rxe device, and `watch` in a terminal (a
-//! PTY through util-linux's `script`): saving a fixed starter turns the verdict green.
+//! `cargo lab exercise <command>`: `list`, `reset`, `solution` and bad ids on a copy of the
+//! repository's registry (no device), `check` on the lab's real rxe device, and `watch` in a
+//! terminal (a PTY through util-linux's `script`): saving a fixed starter turns the verdict
+//! green.
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
