@@ -24,10 +24,11 @@
 //! `LAB_SNAPSHOT=require` makes a lab that cannot be restored an error instead of a cold boot.
 //! The pair still boots cold.
 
+use crate::Node;
 use crate::conn::Conn;
 use crate::initramfs;
 use crate::qmp::{Qmp, json_str};
-use crate::vm::{self, BootPlan, Vm, VmOptions};
+use crate::vm::{self, BootPlan, Vm, VmOptions, Wire};
 use anyhow::{Context as _, Result, bail};
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -111,7 +112,34 @@ fn identity(p: &Path) -> String {
 
 /// The snapshot file of the loopback VM booted by `plan` with this command line.
 pub fn path(plan: &BootPlan, append: &str, smp: u32, mem_mb: u32) -> Result<PathBuf> {
+    file_for(plan, None, append, smp, mem_mb)
+}
+
+/// The snapshot file of pair node `n` booted by `plan` (its command line has `LAB_NODE=<n>`;
+/// its NIC's MAC is in the key too): `snapshot-pair-<n>-<key>.qemu`.
+pub fn pair_path(plan: &BootPlan, n: Node, smp: u32, mem_mb: u32) -> Result<PathBuf> {
+    file_for(
+        plan,
+        Some(n),
+        &vm::append_for(plan, Some(n), true),
+        smp,
+        mem_mb,
+    )
+}
+
+fn file_for(
+    plan: &BootPlan,
+    node: Option<Node>,
+    append: &str,
+    smp: u32,
+    mem_mb: u32,
+) -> Result<PathBuf> {
     let qemu = vm::qemu_binary()?;
+    // The pair's nodes differ in their command line (LAB_NODE) and their NIC: both are in
+    // the key, so the two nodes never share a file.
+    let nic = node
+        .map(|n| format!("virtio-net-pci mac={}", vm::mac_of(n)))
+        .unwrap_or_default();
     let key = initramfs::fnv64(&[
         FORMAT,
         identity(&qemu).as_bytes(),
@@ -119,23 +147,136 @@ pub fn path(plan: &BootPlan, append: &str, smp: u32, mem_mb: u32) -> Result<Path
         identity(&plan.initrd).as_bytes(),
         append.as_bytes(),
         format!("{smp} {mem_mb} {}", plan.accel.name()).as_bytes(),
+        nic.as_bytes(),
     ]);
-    Ok(initramfs::cache_dir().join(format!("snapshot-loopback-{key:016x}.qemu")))
+    let kind = match node {
+        None => "loopback".to_string(),
+        Some(n) => format!("pair-{}", n.name()),
+    };
+    Ok(initramfs::cache_dir().join(format!("snapshot-{kind}-{key:016x}.qemu")))
+}
+
+/// One VM brought up through the gate: the loopback VM (`node` None) or a pair node.
+struct Target<'a> {
+    plan: &'a BootPlan,
+    opts: &'a VmOptions,
+    dir: &'a Path,
+    node: Option<Node>,
+    smp: u32,
+    wire: Option<Wire>,
+}
+
+impl Target<'_> {
+    fn start(&self, launch: Option<&Launch>) -> Result<Vm> {
+        vm::start_one_with(
+            self.plan,
+            self.dir,
+            self.node,
+            self.smp,
+            self.opts.mem_mb,
+            self.wire.clone(),
+            launch,
+        )
+    }
+
+    /// The node whose files (sockets, logs) the VM uses: the loopback VM's are node a's.
+    fn files(&self) -> Node {
+        self.node.unwrap_or(Node::A)
+    }
+
+    fn what(&self) -> String {
+        match self.node {
+            None => "the lab's snapshot".into(),
+            Some(n) => format!("node {}'s snapshot", n.name()),
+        }
+    }
 }
 
 /// Boots the loopback VM: restored from its snapshot when there is one, else cold (saving one).
 pub fn boot_loopback(plan: &BootPlan, opts: &VmOptions, dir: &Path) -> Result<(Vm, Conn)> {
-    let (smp, mem) = (opts.loopback_smp, opts.mem_mb);
-    let m = mode();
     record(dir, "booted");
+    let t = Target {
+        plan,
+        opts,
+        dir,
+        node: None,
+        smp: opts.loopback_smp,
+        wire: None,
+    };
+    let (vm, conn, how) = boot_target(&t, mode())?;
+    record(dir, &how);
+    Ok((vm, conn))
+}
+
+/// Boots the pair's two nodes in parallel, each restored from its own snapshot when it can
+/// be, else cold (saving one); `wires`: node a's and node b's NIC on the cable. Each node's
+/// "how" goes to its own `boot-kind-<n>`, both to `boot-kind`.
+pub fn boot_pair(
+    plan: &BootPlan,
+    opts: &VmOptions,
+    dir: &Path,
+    wires: [Wire; 2],
+) -> Result<Vec<(Vm, Conn)>> {
+    record(dir, "booted");
+    let m = mode();
+    let [wa, wb] = wires;
+    let target = |n: Node, w: Wire| Target {
+        plan,
+        opts,
+        dir,
+        node: Some(n),
+        smp: opts.pair_smp,
+        wire: Some(w),
+    };
+    let one = |t: Target| -> Result<(Vm, Conn, String)> {
+        let n = t.files();
+        let r = boot_target(&t, m).with_context(|| format!("node {}", n.name()))?;
+        let _ = std::fs::write(crate::StateDir::at(dir).boot_kind_of(n), &r.2);
+        Ok(r)
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let b = s.spawn(|| one(target(Node::B, wb)));
+        let a = one(target(Node::A, wa));
+        let b = b
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("node b's boot thread panicked")));
+        (a, b)
+    });
+    let ((va, ca, ha), (vb, cb, hb)) = (a?, b?);
+    // The cold boot's "..., saved a snapshot in 0.30 s," ends in a comma meant for the
+    // origin's " in N s" that follows.
+    let (ha2, hb2) = (ha.trim_end_matches(','), hb.trim_end_matches(','));
+    let restored = "restored from a snapshot ";
+    let how = match (ha2.strip_prefix(restored), hb2.strip_prefix(restored)) {
+        (Some(x), Some(y)) => format!("{restored}each node (a {x}, b {y}),"),
+        _ => format!("node a {ha2}; node b {hb2};"),
+    };
+    record(dir, &how);
+    Ok(vec![(va, ca), (vb, cb)])
+}
+
+/// How a pair node came up (`boot-kind-<n>` in its lab's state dir).
+pub fn how_of(dir: &Path, n: Node) -> String {
+    std::fs::read_to_string(crate::StateDir::at(dir).boot_kind_of(n))
+        .unwrap_or_else(|_| "booted".into())
+}
+
+/// One VM, restored or booted as `m` says; returns it, its agent and how it came up.
+fn boot_target(t: &Target, m: Mode) -> Result<(Vm, Conn, String)> {
     if m == Mode::Off {
-        let vm = vm::start_one(plan, dir, None, smp, mem, None)?;
-        let conn = vm::connect(&vm, Instant::now() + opts.boot_timeout)?;
-        return Ok((vm, conn));
+        let vm = t.start(None)?;
+        let conn = vm::connect(&vm, Instant::now() + t.opts.boot_timeout)?;
+        return Ok((vm, conn, "booted".into()));
     }
-    let file = path(plan, &vm::append_for(plan, None, true), smp, mem)?;
+    let file = file_for(
+        t.plan,
+        t.node,
+        &vm::append_for(t.plan, t.node, true),
+        t.smp,
+        t.opts.mem_mb,
+    )?;
     if file.is_file() {
-        match restore(plan, dir, smp, mem, &file) {
+        match restore(t, &file) {
             Ok(r) => return Ok(r),
             Err(e) if m == Mode::Require => {
                 return Err(e.context(format!(
@@ -146,13 +287,14 @@ pub fn boot_loopback(plan: &BootPlan, opts: &VmOptions, dir: &Path) -> Result<(V
             Err(e) => {
                 let why = format!("{e:#}").lines().next().unwrap_or("").to_string();
                 eprintln!(
-                    "harness: warning: the lab's snapshot {} did not restore ({why}); removing \
-                     it and booting cold (LAB_SNAPSHOT=0 turns snapshots off)",
+                    "harness: warning: {} {} did not restore ({why}); removing it and booting \
+                     cold (LAB_SNAPSHOT=0 turns snapshots off)",
+                    t.what(),
                     file.display()
                 );
                 let _ = std::fs::remove_file(&file);
                 let how = format!("booted cold after a failed restore ({why})");
-                return cold_and_save(plan, opts, dir, &file, &how);
+                return cold_and_save(t, &file, &how);
             }
         }
     } else if m == Mode::Require {
@@ -162,23 +304,20 @@ pub fn boot_loopback(plan: &BootPlan, opts: &VmOptions, dir: &Path) -> Result<(V
             file.display()
         );
     }
-    cold_and_save(plan, opts, dir, &file, "booted cold")
+    cold_and_save(t, &file, "booted cold")
 }
 
 /// Loads `file` into a new VM and lets it go on; every step has a deadline.
-fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Result<(Vm, Conn)> {
+fn restore(t: &Target, file: &Path) -> Result<(Vm, Conn, String)> {
     let deadline = Instant::now() + RESTORE_LIMIT;
     let launch = Launch {
         incoming: Some(file.to_path_buf()),
     };
     let t0 = Instant::now();
-    let vm = vm::start_one_with(plan, dir, None, smp, mem, None, Some(&launch))?;
-    let mut gate = connect_sock(
-        &crate::StateDir::at(dir).gate_sock(crate::Node::A),
-        &vm,
-        deadline,
-    )?;
-    let mut q = qmp(dir, &vm, deadline)?;
+    let vm = t.start(Some(&launch))?;
+    let state = crate::StateDir::at(t.dir);
+    let mut gate = connect_sock(&state.gate_sock(t.files()), &vm, deadline)?;
+    let mut q = qmp(&state.qmp_sock(t.files()), &vm, deadline)?;
     loop {
         let r = match q.execute("query-migrate", "") {
             Ok(r) => r,
@@ -206,41 +345,20 @@ fn restore(plan: &BootPlan, dir: &Path, smp: u32, mem: u32, file: &Path) -> Resu
     go_ahead(&mut gate)?;
     let conn = vm::connect(&vm, deadline)?;
     drop(gate);
-    record(
-        dir,
-        &format!(
-            "restored from a snapshot (loaded in {loaded:.2} s, agent ready {:.2} s later)",
-            t0.elapsed().as_secs_f64() - loaded
-        ),
+    let how = format!(
+        "restored from a snapshot (loaded in {loaded:.2} s, agent ready {:.2} s later)",
+        t0.elapsed().as_secs_f64() - loaded
     );
-    Ok((vm, conn))
+    Ok((vm, conn, how))
 }
 
 /// A cold boot with the gate: at the gate, save the VM to `file`, then let it go on. A save
 /// that fails costs a warning, not the lab.
-fn cold_and_save(
-    plan: &BootPlan,
-    opts: &VmOptions,
-    dir: &Path,
-    file: &Path,
-    how: &str,
-) -> Result<(Vm, Conn)> {
-    let deadline = Instant::now() + opts.boot_timeout;
-    let launch = Launch { incoming: None };
-    let vm = vm::start_one_with(
-        plan,
-        dir,
-        None,
-        opts.loopback_smp,
-        opts.mem_mb,
-        None,
-        Some(&launch),
-    )?;
-    let mut gate = connect_sock(
-        &crate::StateDir::at(dir).gate_sock(crate::Node::A),
-        &vm,
-        deadline,
-    )?;
+fn cold_and_save(t: &Target, file: &Path, how: &str) -> Result<(Vm, Conn, String)> {
+    let deadline = Instant::now() + t.opts.boot_timeout;
+    let vm = t.start(Some(&Launch { incoming: None }))?;
+    let state = crate::StateDir::at(t.dir);
+    let mut gate = connect_sock(&state.gate_sock(t.files()), &vm, deadline)?;
     // Init says so on the console once it reads the gate.
     loop {
         let text = std::fs::read(&vm.console).unwrap_or_default();
@@ -257,29 +375,26 @@ fn cold_and_save(
         std::thread::sleep(Duration::from_millis(5));
     }
     let t0 = Instant::now();
-    match save(dir, &vm, file) {
-        Ok(()) => record(
-            dir,
-            &format!(
-                "{how}, saved a snapshot in {:.2} s,",
-                t0.elapsed().as_secs_f64()
-            ),
+    let how = match save(&state.qmp_sock(t.files()), &vm, file) {
+        Ok(()) => format!(
+            "{how}, saved a snapshot in {:.2} s,",
+            t0.elapsed().as_secs_f64()
         ),
         Err(e) => {
-            eprintln!("harness: warning: saving the lab's snapshot failed: {e:#}");
-            record(dir, &format!("{how} (saving the snapshot failed)"));
+            eprintln!("harness: warning: saving {} failed: {e:#}", t.what());
+            format!("{how} (saving the snapshot failed)")
         }
-    }
+    };
     go_ahead(&mut gate)?;
     let conn = vm::connect(&vm, deadline)?;
     drop(gate);
-    Ok((vm, conn))
+    Ok((vm, conn, how))
 }
 
 /// `stop`, `migrate` into a temporary file, rename it to `file`, and `cont` whatever happened.
-fn save(dir: &Path, vm: &Vm, file: &Path) -> Result<()> {
+fn save(qmp_sock: &Path, vm: &Vm, file: &Path) -> Result<()> {
     let deadline = Instant::now() + SAVE_LIMIT;
-    let mut q = qmp(dir, vm, deadline)?;
+    let mut q = qmp(qmp_sock, vm, deadline)?;
     let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
     std::fs::create_dir_all(file.parent().context("no cache dir")?)?;
     let r = (|| -> Result<()> {
@@ -371,19 +486,27 @@ pub fn rdma_entries() -> Vec<initramfs::Entry> {
     e
 }
 
-/// Keeps the three newest snapshots in the cache dir (each is about 100 MB).
+/// Keeps the three newest snapshots of each kind (`loopback`, `pair-a`, `pair-b`) in the cache
+/// dir (each is about 100 MB).
 fn prune(keep: &Path) {
     let Some(dir) = keep.parent() else { return };
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
+    // `snapshot-<kind>-<key>.qemu` -> `snapshot-<kind>`.
+    let kind = |p: &Path| -> Option<String> {
+        let n = p.file_name()?.to_str()?;
+        if !(n.starts_with("snapshot-") && n.ends_with(".qemu")) {
+            return None;
+        }
+        Some(n.rsplit_once('-')?.0.to_string())
+    };
+    let Some(mine) = kind(keep) else { return };
     let mut all: Vec<(SystemTime, PathBuf)> = rd
         .flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with("snapshot-") && n.ends_with(".qemu")
-        })
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .map(|e| e.path())
+        .filter(|p| kind(p).as_deref() == Some(mine.as_str()))
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
         .collect();
     all.sort();
     all.reverse();
@@ -424,10 +547,9 @@ fn connect_sock(sock: &Path, vm: &Vm, deadline: Instant) -> Result<UnixStream> {
     }
 }
 
-fn qmp(dir: &Path, vm: &Vm, deadline: Instant) -> Result<Qmp> {
-    let sock = crate::StateDir::at(dir).qmp_sock(crate::Node::A);
-    connect_sock(&sock, vm, deadline)?;
-    Qmp::connect(&sock)
+fn qmp(sock: &Path, vm: &Vm, deadline: Instant) -> Result<Qmp> {
+    connect_sock(sock, vm, deadline)?;
+    Qmp::connect(sock)
 }
 
 /// The go-ahead: `go <unix seconds> <128 hex digits of host randomness>`, padded to the 160

@@ -83,9 +83,14 @@ impl StateDir {
         self.file("run.lock")
     }
 
-    /// How the loopback VM came up: "booted", "restored" ... (snapshot.rs).
+    /// How the lab's VMs came up: "booted", "restored" ... (snapshot.rs).
     pub fn boot_kind(&self) -> PathBuf {
         self.file("boot-kind")
+    }
+
+    /// How pair node `n` came up (snapshot.rs).
+    pub fn boot_kind_of(&self, n: Node) -> PathBuf {
+        self.of("boot-kind", n, "")
     }
 
     /// The daemon's socket for commands to node `n`.

@@ -435,14 +435,19 @@ pub struct Wire {
     pcap: Option<PathBuf>,
 }
 
+/// Node `n`'s MAC on the pair's wire (fixed: the guest's agent finds its netdev by it).
+pub fn mac_of(n: Node) -> &'static str {
+    match n {
+        Node::A => "52:54:00:00:00:0a",
+        Node::B => "52:54:00:00:00:0b",
+    }
+}
+
 impl Wire {
-    /// Node `n`'s NIC on `cable` (its MAC is fixed: the guest finds its netdev by it).
+    /// Node `n`'s NIC on `cable`.
     pub fn of(cable: &Cable, n: Node, pcap: Option<PathBuf>) -> Wire {
         Wire {
-            mac: match n {
-                Node::A => "52:54:00:00:00:0a",
-                Node::B => "52:54:00:00:00:0b",
-            },
+            mac: mac_of(n),
             sock: cable.sock(n).to_path_buf(),
             pcap,
         }
@@ -662,52 +667,27 @@ pub fn connect(vm: &Vm, deadline: Instant) -> Result<Conn> {
 /// What [`boot`] brings up: each VM with its agent's connection, and the pair's cable.
 pub type Booted = (Vec<(Vm, Conn)>, Option<Cable>);
 
-/// Boots the VMs of a topology in `dir` and connects to their agents.
+/// Boots the VMs of a topology in `dir` and connects to their agents: each restored from its
+/// snapshot when it can be, else booted cold (snapshot.rs).
 pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -> Result<Booted> {
-    let deadline = Instant::now() + opts.boot_timeout;
-    let (vms, cable) = match topology {
-        // Restored from its snapshot when it can be (snapshot.rs).
-        Topology::Loopback => {
-            return Ok((vec![snapshot::boot_loopback(plan, opts, dir)?], None));
-        }
+    match topology {
+        Topology::Loopback => Ok((vec![snapshot::boot_loopback(plan, opts, dir)?], None)),
         Topology::Pair => {
             let c = Cable::start(dir)?;
-            let a = start_one(
-                plan,
-                dir,
-                Some(Node::A),
-                opts.pair_smp,
-                opts.mem_mb,
-                Some(Wire::of(&c, Node::A, opts.pcap.clone())),
-            )?;
-            let b = start_one(
-                plan,
-                dir,
-                Some(Node::B),
-                opts.pair_smp,
-                opts.mem_mb,
-                Some(Wire::of(&c, Node::B, None)),
-            )?;
-            (vec![a, b], Some(c))
+            let wires = [
+                Wire::of(&c, Node::A, opts.pcap.clone()),
+                Wire::of(&c, Node::B, None),
+            ];
+            let out = snapshot::boot_pair(plan, opts, dir, wires).with_context(|| {
+                format!(
+                    "booting the pair lab ({}) within {} s (LAB_BOOT_TIMEOUT_SECS)",
+                    plan.accel.name(),
+                    opts.boot_timeout.as_secs()
+                )
+            })?;
+            Ok((out, Some(c)))
         }
-    };
-    let mut out = vec![];
-    for vm in vms {
-        let conn = connect(&vm, deadline).with_context(|| {
-            format!(
-                "booting the {} lab (node {}, {}) within {} s (LAB_BOOT_TIMEOUT_SECS)",
-                topology.name(),
-                vm.node.name(),
-                plan.accel.name(),
-                opts.boot_timeout.as_secs()
-            )
-        })?;
-        out.push((vm, conn));
     }
-    if out.is_empty() {
-        bail!("no VM started");
-    }
-    Ok((out, cable))
 }
 
 #[cfg(test)]
