@@ -1,5 +1,6 @@
-//! The loopback lab from a QEMU snapshot: a cold boot saves the VM just before init mounts the
-//! host's root, and later labs load that state instead of booting the kernel again.
+//! The lab VMs from QEMU snapshots: a cold boot saves the VM just before init mounts the host's
+//! root, and later labs load that state instead of booting the kernel again. The loopback VM
+//! and each of the pair's two nodes have a file of their own.
 //!
 //! Why there: QEMU refuses to migrate a VM whose guest has mounted a 9p share (the blocker is
 //! added when the guest attaches), so the state is saved after the kernel has booted and the
@@ -18,11 +19,17 @@
 //! - The file, `snapshot-loopback-<key>.qemu` in the cache dir, is keyed by the QEMU binary,
 //!   the kernel image, the initramfs (its name carries the hash of its contents, the agent
 //!   included), the kernel command line, memory, vCPUs and accelerator: any change makes a new
-//!   one. The three newest are kept.
+//!   one. The three newest of each kind are kept.
+//! - The pair ([`boot_pair`]): `snapshot-pair-a-<key>.qemu` and `snapshot-pair-b-<key>.qemu`,
+//!   whose keys add the node's NIC (its MAC) to the above; their command lines differ too
+//!   (`LAB_NODE`), so the nodes never share a file. At the gate a pair node has no network yet
+//!   (its agent sets up its address and rxe0 after the go-ahead, as in a cold boot). The NIC's
+//!   `-netdev stream` backend is not in the saved state: the restored QEMU connects to the new
+//!   lab's cable, whose relay accepts it as it accepts a restarted node. Both nodes come up in
+//!   parallel; a node whose restore fails boots cold alone.
 //!
 //! `LAB_SNAPSHOT=0` turns this off (the boot is the cold boot of before, without the gate);
-//! `LAB_SNAPSHOT=require` makes a lab that cannot be restored an error instead of a cold boot.
-//! The pair still boots cold.
+//! `LAB_SNAPSHOT=require` makes a VM that cannot be restored an error instead of a cold boot.
 
 use crate::Node;
 use crate::conn::Conn;

@@ -4,8 +4,10 @@
 //! - a lab booted after a first one is restored, not booted, and its guest has rxe0 with the
 //!   pinned GID and the host's time;
 //! - chapters 01 and 06 pass their e2e tests (against their snapshot files) on labs that must
-//!   come from the snapshot (`LAB_SNAPSHOT=require`: a cold boot would fail them). Chapter 09
-//!   runs on the pair, which still boots cold;
+//!   come from the snapshot (`LAB_SNAPSHOT=require`: a cold boot would fail them);
+//! - a second pair lab is restored, each node from its own file, with its own rxe0 GID; and
+//!   chapter 09 (RDMA between the two nodes, over the cable's relay) passes its e2e tests on
+//!   pairs that must be restored;
 //! - a changed initramfs makes a new snapshot (a cold boot that saves one);
 //! - a corrupt snapshot (truncated, as a full disk leaves it) costs a cold boot with a warning,
 //!   not a hang nor an error, and is replaced.
@@ -165,19 +167,18 @@ fn counts(stdout: &str) -> Option<(u32, u32)> {
     Some((num(" passed")?, num(" failed")?))
 }
 
-#[test]
-fn chapters_01_and_06_pass_on_restored_labs() {
-    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    // Make sure the snapshot exists before the chapters require it.
-    drop(Testbed::boot(Topology::Loopback, &opts()).expect("a lab"));
+/// Runs the e2e tests of `packages` with `LAB_SNAPSHOT=require`, each binary on a lab of its
+/// own (in an empty state dir: no daemon there), after one lab of `topology` made sure the
+/// snapshot exists; each must pass, on a restored lab.
+fn chapters_pass_on_restored_labs(topology: Topology, packages: &[&str]) {
+    drop(Testbed::boot(topology, &opts()).expect("a lab"));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace")
         .to_path_buf();
-    // No daemon in this empty dir: each binary boots (restores) its own lab.
     let empty = tempfile::tempdir().expect("temp dir");
     let mut report = vec![];
-    for (pkg, exe) in e2e_of(&["ch01-devices", "ch06-pingpong"]) {
+    for (pkg, exe) in e2e_of(packages) {
         let chapter = root.join("chapters").join(pkg.trim_start_matches("ch"));
         let out = std::process::Command::new(&exe)
             .args(["--test-threads=1", "--nocapture"])
@@ -198,12 +199,77 @@ fn chapters_01_and_06_pass_on_restored_labs() {
             "{pkg} on a restored lab: {passed} passed, {failed} failed\n{text}"
         );
         assert!(
-            stderr.contains("lab ready: restored from a snapshot"),
+            stderr.contains(&format!(
+                "{} lab ready: restored from a snapshot",
+                topology.name()
+            )),
             "{pkg} did not run on a restored lab:\n{text}"
         );
         report.push(format!("{pkg}: {passed} passed"));
     }
     println!("on restored labs: {}", report.join("; "));
+}
+
+#[test]
+fn chapters_01_and_06_pass_on_restored_labs() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    chapters_pass_on_restored_labs(Topology::Loopback, &["ch01-devices", "ch06-pingpong"]);
+}
+
+#[test]
+fn chapter_09_passes_on_a_restored_pair() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    chapters_pass_on_restored_labs(Topology::Pair, &["ch09-memory-pool"]);
+}
+
+#[test]
+fn a_second_pair_is_restored_each_node_from_its_own_file() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    assert_ne!(
+        snapshot::mode(),
+        snapshot::Mode::Off,
+        "this test needs snapshots on (LAB_SNAPSHOT is 0)"
+    );
+    let o = opts();
+    let plan = vm::plan(Topology::Pair, &o).expect("plan");
+    let files = [harness::Node::A, harness::Node::B]
+        .map(|n| snapshot::pair_path(&plan, n, o.pair_smp, o.mem_mb).expect("path"));
+    assert_ne!(files[0], files[1], "the two nodes share a snapshot file");
+    // The first makes sure both files exist; the second, in a state dir of its own, is restored.
+    for round in 0..2 {
+        let dir = vm::new_state_dir("snapshot-pair-test").expect("state dir");
+        let (vms, cable) = vm::boot(Topology::Pair, &o, &plan, &dir)
+            .unwrap_or_else(|e| panic!("booting the pair lab: {e:#}"));
+        assert!(cable.is_some(), "a pair without its cable");
+        for (i, n) in [harness::Node::A, harness::Node::B].into_iter().enumerate() {
+            let how = snapshot::how_of(&dir, n);
+            assert!(files[i].is_file(), "no {}", files[i].display());
+            if round == 0 {
+                continue;
+            }
+            assert!(
+                how.starts_with("restored from a snapshot"),
+                "node {} was not restored: {how}",
+                n.name()
+            );
+            // Its own identity after the restore: node a's GID is ::ffff:10.77.0.1, b's .2.
+            let out = vms[i]
+                .1
+                .run(
+                    &harness::conn::Cmd::new(["cat", "/sys/class/infiniband/rxe0/ports/1/gids/1"]),
+                    Duration::from_secs(60),
+                )
+                .expect("reading rxe0's GID");
+            let gid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert_eq!(
+                gid,
+                format!("0000:0000:0000:0000:0000:ffff:0a4d:000{}", i + 1)
+            );
+            println!("node {}: {how}", n.name());
+        }
+        drop(vms);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]
