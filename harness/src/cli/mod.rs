@@ -222,7 +222,8 @@ enum Sub {
         #[command(subcommand)]
         cmd: exercise::ExerciseCmd,
     },
-    /// Boot the loopback lab N times and report boot and exec latency (for the README).
+    /// Boot a lab (`-t loopback` or `-t pair`) N times and report boot and exec latency (for the
+    /// README).
     #[command(hide = true)]
     Bench {
         #[arg(long, default_value_t = 5)]
