@@ -9,6 +9,12 @@
 //!   fails naming the step still to write, planted wrong ones (an acquire without CAS; a
 //!   release that leaves the word) fail with what they leave, the reference solution passes.
 //!
+//! - `tickets` checks exercise 10-tickets: three clients, each with its own QP, take 100
+//!   tickets each (after one the check takes first) with FETCH_AND_ADD on a counter your
+//!   code registers; the tickets must be exactly 0..=300, each once, and the counter 301.
+//!   Its dev check plants a counter without `IBV_ACCESS_REMOTE_ATOMIC`, an address 4 bytes
+//!   into it, and a ticket that is the new value instead of the old one.
+//!
 //! The count is of CAS completions (their old value equal to `compare`), not of packets on a
 //! wire: the loopback lab records no trace.
 
@@ -27,6 +33,10 @@ use std::time::{Duration, Instant};
 mod solution;
 #[path = "../exercises/cas_lock.rs"]
 mod starter;
+#[path = "../exercises/solutions/tickets.rs"]
+mod tickets_solution;
+#[path = "../exercises/tickets.rs"]
+mod tickets_starter;
 
 const CLIENTS: u64 = 3;
 const ITERS: u64 = 200;
@@ -255,4 +265,213 @@ fn dev_check() {
         check_cas_lock((solution::acquire, |_, _| Ok(())))
     });
     check_cas_lock((solution::acquire, solution::release));
+}
+
+/// One client of the ticket dispenser: its own QP (and the peer QP the check keeps), its CQ,
+/// an 8-byte staging region (LOCAL_WRITE) where a FETCH_AND_ADD's old value lands, and the
+/// shared counter's address and rkey.
+#[derive(Debug)]
+pub struct Dispenser {
+    pub qp: QueuePair,
+    pub cq: CompletionQueue,
+    pub staging: MemoryRegion,
+    pub counter: RemoteRegion,
+    /// How long to wait for one completion.
+    pub wait: Duration,
+    _peer: (QueuePair, CompletionQueue),
+}
+
+type Register = fn(&ProtectionDomain) -> lab::Result<MemoryRegion>;
+type Take = fn(&Dispenser) -> lab::Result<u64>;
+
+fn tickets_chosen(imp: Impl) -> (Register, Take) {
+    match imp {
+        Impl::Starter => (
+            tickets_starter::register_counter,
+            tickets_starter::take_ticket,
+        ),
+        Impl::Solution => (
+            tickets_solution::register_counter,
+            tickets_solution::take_ticket,
+        ),
+    }
+}
+
+const TICKETS: u64 = 100;
+
+fn dispenser(ctx: &Context, pd: &ProtectionDomain, counter: RemoteRegion, gid: Gid) -> Dispenser {
+    let cq = ctx.create_cq(16, None).expect("ibv_create_cq");
+    let cq_b = ctx.create_cq(16, None).expect("ibv_create_cq");
+    let (qp, b) = connected_pair(pd, &cq, &cq_b, gid).expect("connect two QPs");
+    let staging = pd.reg_mr(8, AccessFlags::LOCAL_WRITE).expect("ibv_reg_mr");
+    Dispenser {
+        qp,
+        cq,
+        staging,
+        counter,
+        wait: WAIT,
+        _peer: (b, cq_b),
+    }
+}
+
+/// A failed take, told by what rxe did: refused at post time, or a completion's status.
+fn take_failed(e: &lab::Error, counter: &MemoryRegion) -> ! {
+    let access = format!("the counter's access: {:?}", counter.access());
+    if let Some(wc) = e.completion() {
+        fail(
+            &format!(
+                "the FETCH_AND_ADD completed with {}: rxe's responder refused it",
+                wc.status
+            ),
+            "IBV_WC_SUCCESS (0) and the old value",
+            &format!("{} ({access})", wc.status),
+        );
+    }
+    if let lab::Error::PostSend { errno, .. } = e {
+        fail(
+            &format!("ibv_post_send refused the FETCH_AND_ADD: {errno}"),
+            "the work request posted",
+            &e.to_string(),
+        );
+    }
+    fail("take_ticket failed", "a ticket", &e.to_string())
+}
+
+/// The check: the counter through your `register_counter`, one ticket on this thread (where
+/// a `todo!` becomes a named step), then three clients on threads, TICKETS each.
+fn check_tickets((register, take): (Register, Take)) {
+    let ctx = Context::open_default().expect("open the lab's rxe device");
+    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+    let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID").gid;
+    let counter = match step("register_counter", || register(&pd)) {
+        Ok(mr) => mr,
+        Err(e) => fail("ibv_reg_mr refused the counter", "a region", &e.to_string()),
+    };
+    if counter.len() < 8 {
+        fail(
+            &format!("the counter region holds {} bytes", counter.len()),
+            "8 bytes (one u64)",
+            &counter.len().to_string(),
+        );
+    }
+    let first = dispenser(&ctx, &pd, counter.remote(), gid);
+    let t0 = step("take_ticket", || take(&first)).unwrap_or_else(|e| take_failed(&e, &counter));
+    if t0 != 0 {
+        fail(
+            &format!("the first ticket is {t0}: a ticket is the counter's value before the add"),
+            "0 (the counter started at 0)",
+            &t0.to_string(),
+        );
+    }
+    let (ctx_ref, pd_ref, remote) = (&ctx, &pd, counter.remote());
+    let per_client: Vec<lab::Result<Vec<u64>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                s.spawn(move || {
+                    let d = dispenser(ctx_ref, pd_ref, remote, gid);
+                    (0..TICKETS).map(|_| take(&d)).collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a client thread panicked"))
+            .collect()
+    });
+    let mut all = vec![t0];
+    for (i, r) in per_client.into_iter().enumerate() {
+        let mine = r.unwrap_or_else(|e| take_failed(&e, &counter));
+        if let Some(w) = mine.windows(2).find(|w| w[1] <= w[0]) {
+            fail(
+                &format!("client {i}'s tickets went from {} to {}", w[0], w[1]),
+                "each client's tickets strictly increasing",
+                &format!("{mine:?}"),
+            );
+        }
+        all.extend(mine);
+    }
+    all.sort_unstable();
+    let n = CLIENTS * TICKETS + 1;
+    let want: Vec<u64> = (0..n).collect();
+    if all != want {
+        let missing: Vec<u64> = want.iter().filter(|t| !all.contains(t)).copied().collect();
+        let twice = all.windows(2).filter(|w| w[0] == w[1]).count();
+        fail(
+            &format!(
+                "the tickets are not 0..={} each once: {} missing, {twice} handed out twice",
+                n - 1,
+                missing.len()
+            ),
+            &format!("0..={}", n - 1),
+            &format!("missing {:?}", &missing[..missing.len().min(8)]),
+        );
+    }
+    let end = word(&counter, 0);
+    if end != n {
+        fail(
+            "the counter does not hold the number of tickets taken",
+            &n.to_string(),
+            &end.to_string(),
+        );
+    }
+    eprintln!(
+        "tickets: {n} tickets 0..={}, each once; counter {end}",
+        n - 1
+    );
+}
+
+#[test]
+fn tickets() {
+    in_lab(Topology::Loopback, "tickets", || match Impl::from_env() {
+        Some(imp) => check_tickets(tickets_chosen(imp)),
+        None => tickets_dev_check(),
+    });
+}
+
+/// The starter fails naming its first step, planted mistakes fail with what rxe did, the
+/// reference solution passes.
+fn tickets_dev_check() {
+    use tickets_solution::{register_counter, take_ticket};
+    assert_fails_with("register_counter: not written yet (step 1:", || {
+        check_tickets((
+            tickets_starter::register_counter,
+            tickets_starter::take_ticket,
+        ))
+    });
+    assert_fails_with("take_ticket: not written yet (step 2:", || {
+        check_tickets((register_counter, tickets_starter::take_ticket))
+    });
+    assert_fails_with(
+        "the FETCH_AND_ADD completed with IBV_WC_REM_ACCESS_ERR (10): rxe's responder refused it",
+        || {
+            check_tickets((
+                |pd| {
+                    pd.reg_mr(
+                        8,
+                        AccessFlags::LOCAL_WRITE
+                            | AccessFlags::REMOTE_READ
+                            | AccessFlags::REMOTE_WRITE,
+                    )
+                },
+                take_ticket,
+            ))
+        },
+    );
+    assert_fails_with(
+        "ibv_post_send refused the FETCH_AND_ADD: EINVAL (22)",
+        || {
+            check_tickets((register_counter, |d| {
+                let sge = d.staging.sge(0..8);
+                let at = d.counter.addr + 4;
+                d.qp.post_send_one(SendWr::fetch_add(1, &sge, at, d.counter.rkey, 1))?;
+                d.cq.wait_one(d.wait)?.ok()?;
+                d.staging.read_u64(0)
+            }))
+        },
+    );
+    assert_fails_with(
+        "the first ticket is 1: a ticket is the counter's value before the add",
+        || check_tickets((register_counter, |d| take_ticket(d).map(|old| old + 1))),
+    );
+    check_tickets((register_counter, take_ticket));
 }
