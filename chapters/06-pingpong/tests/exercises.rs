@@ -252,6 +252,21 @@ fn check_send_imm((send_tagged, receive_tagged): (SendTagged, ReceiveTagged)) {
         );
     }
 
+    receive_rounds(&a, &b, &cq_a, &cq_b, &mut out, &inb, receive_tagged);
+}
+
+/// Rounds 2 and 3 of the check: the check's tagged, then plain SEND from `a`, each read by the
+/// learner's receiver from `cq_b`.
+fn receive_rounds(
+    a: &QueuePair,
+    b: &QueuePair,
+    cq_a: &CompletionQueue,
+    cq_b: &CompletionQueue,
+    out: &mut MemoryRegion,
+    inb: &MemoryRegion,
+    receive_tagged: ReceiveTagged,
+) {
+    let rsge = [inb.sge(..)];
     for (round, tag, text) in [
         (2, Some(TAG_IN), &b"tagged by the check"[..]),
         (3, None, &b"plain"[..]),
@@ -269,7 +284,7 @@ fn check_send_imm((send_tagged, receive_tagged): (SendTagged, ReceiveTagged)) {
         cq_a.wait_one(WAIT)
             .and_then(|wc| wc.ok())
             .expect("the check's SEND completes");
-        let got = match step("receive_tagged", || receive_tagged(&cq_b)) {
+        let got = match step("receive_tagged", || receive_tagged(cq_b)) {
             Ok(got) => got,
             Err(e) => fail(
                 &format!("round {round}: receive_tagged failed"),
