@@ -7,16 +7,26 @@
 //! - With `LAB_EXERCISE_IMPL` unset (the test suite) it runs the dev check instead: the starter
 //!   fails naming the step still to write, planted wrong ones (no receive posted; the echo not
 //!   sent) fail with what rxe gives, the reference solution passes.
+//! - `send_imm` checks exercise 06-send-imm: a SEND_WITH_IMM from the learner's code must reach
+//!   the check's receive with `IBV_WC_WITH_IMM` and the tag; the learner's receiver must give
+//!   the tag of a tagged SEND and none for a plain one. Its dev check plants a plain SEND, a
+//!   tag converted to network order twice, and a receiver that trusts `imm_data` without the
+//!   flag.
 
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
 use lab::course::connected_pair;
 use lab::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, QueuePair, RecvWr, SendWr, WcStatus,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, QueuePair, RecvWr, SendWr, WcFlags,
+    WcOpcode, WcStatus,
 };
 use std::time::Duration;
 
+#[path = "../exercises/solutions/send_imm.rs"]
+mod send_imm_solution;
+#[path = "../exercises/send_imm.rs"]
+mod send_imm_starter;
 #[path = "../exercises/solutions/pong.rs"]
 mod solution;
 #[path = "../exercises/pong.rs"]
@@ -134,4 +144,222 @@ fn dev_check() {
         || check_pong((solution::prepare, |_, cq, _| cq.wait_one(WAIT).map(|_| ()))),
     );
     check_pong((solution::prepare, solution::answer));
+}
+
+type SendTagged = fn(&QueuePair, &CompletionQueue, &MemoryRegion, usize, u32) -> lab::Result<()>;
+type ReceiveTagged = fn(&CompletionQueue) -> lab::Result<(Option<u32>, u32)>;
+
+fn chosen_imm(imp: Impl) -> (SendTagged, ReceiveTagged) {
+    match imp {
+        Impl::Starter => (
+            send_imm_starter::send_tagged,
+            send_imm_starter::receive_tagged,
+        ),
+        Impl::Solution => (
+            send_imm_solution::send_tagged,
+            send_imm_solution::receive_tagged,
+        ),
+    }
+}
+
+/// The tag the learner's SEND carries (round 1), and the check's (round 2).
+const TAG_OUT: u32 = 0xc0ff_ee06;
+const TAG_IN: u32 = 7;
+
+/// The check: round 1, the learner's SEND_WITH_IMM into the check's receive; rounds 2 and 3,
+/// the check's tagged and plain SENDs read by the learner's receiver. The check posts every
+/// receive, on QP `b`; `a` sends.
+fn check_send_imm((send_tagged, receive_tagged): (SendTagged, ReceiveTagged)) {
+    let ctx = Context::open_default().expect("open the lab's rxe device");
+    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+    let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID").gid;
+    let cq_a = ctx.create_cq(16, None).expect("ibv_create_cq");
+    let cq_b = ctx.create_cq(16, None).expect("ibv_create_cq");
+    let (a, b) = connected_pair(&pd, &cq_a, &cq_b, gid).expect("connect two QPs");
+    let mut out = pd
+        .reg_mr(LEN, AccessFlags::LOCAL_WRITE)
+        .expect("ibv_reg_mr");
+    let inb = pd
+        .reg_mr(LEN, AccessFlags::LOCAL_WRITE)
+        .expect("ibv_reg_mr");
+    let rsge = [inb.sge(..)];
+
+    let msg = b"tagged by you";
+    let n = msg.len();
+    out.as_mut_slice()[..n].copy_from_slice(msg);
+    b.post_recv_one(RecvWr::new(10, &rsge))
+        .expect("ibv_post_recv");
+    if let Err(e) = step("send_tagged", || send_tagged(&a, &cq_a, &out, n, TAG_OUT)) {
+        fail(
+            "round 1: send_tagged failed",
+            "the SEND completed with IBV_WC_SUCCESS (0)",
+            &e.to_string(),
+        );
+    }
+    let wc = match cq_b.wait_one(WAIT) {
+        Ok(wc) => wc,
+        Err(e) => fail(
+            "round 1: no message arrived: send_tagged posted no SEND",
+            &format!("a receive completion of {n} bytes"),
+            &e.to_string(),
+        ),
+    };
+    let expected = format!(
+        "{}, flags IBV_WC_GRH | IBV_WC_WITH_IMM, imm 0x{TAG_OUT:08x}, {n} bytes",
+        WcOpcode::Recv
+    );
+    let actual = format!(
+        "{}, {}, flags {}, imm 0x{:08x}, {} bytes",
+        wc.opcode, wc.status, wc.flags, wc.imm_data, wc.byte_len
+    );
+    if !wc.is_success() {
+        fail(
+            &format!("round 1: the receive completed with {}", wc.status),
+            &expected,
+            &actual,
+        );
+    }
+    if !wc.flags.contains(WcFlags::WITH_IMM) {
+        fail(
+            "round 1: the message arrived without an immediate: IBV_WC_WITH_IMM is not in the \
+             receive's flags (an IBV_WR_SEND, not IBV_WR_SEND_WITH_IMM)",
+            &expected,
+            &actual,
+        );
+    }
+    if wc.imm_data != TAG_OUT {
+        let what = if wc.imm_data == TAG_OUT.swap_bytes() {
+            format!(
+                "round 1: the immediate arrived as 0x{:08x}, not 0x{TAG_OUT:08x}: its bytes are \
+                 swapped (converted to network order twice: send_with_imm takes host order)",
+                wc.imm_data
+            )
+        } else {
+            format!(
+                "round 1: the immediate arrived as 0x{:08x}, not the tag 0x{TAG_OUT:08x}",
+                wc.imm_data
+            )
+        };
+        fail(&what, &expected, &actual);
+    }
+    let mut got = vec![0u8; wc.byte_len as usize];
+    inb.read_into(0, &mut got).expect("read the region");
+    if got != msg {
+        fail(
+            "round 1: the bytes that arrived are not the first len bytes of buf",
+            &format!("{:?}", String::from_utf8_lossy(msg)),
+            &format!("{:?}", String::from_utf8_lossy(&got)),
+        );
+    }
+
+    receive_rounds(&a, &b, &cq_a, &cq_b, &mut out, &inb, receive_tagged);
+}
+
+/// Rounds 2 and 3 of the check: the check's tagged, then plain SEND from `a`, each read by the
+/// learner's receiver from `cq_b`.
+fn receive_rounds(
+    a: &QueuePair,
+    b: &QueuePair,
+    cq_a: &CompletionQueue,
+    cq_b: &CompletionQueue,
+    out: &mut MemoryRegion,
+    inb: &MemoryRegion,
+    receive_tagged: ReceiveTagged,
+) {
+    let rsge = [inb.sge(..)];
+    for (round, tag, text) in [
+        (2, Some(TAG_IN), &b"tagged by the check"[..]),
+        (3, None, &b"plain"[..]),
+    ] {
+        let n = text.len();
+        out.as_mut_slice()[..n].copy_from_slice(text);
+        b.post_recv_one(RecvWr::new(10 + round, &rsge))
+            .expect("ibv_post_recv");
+        let ssge = [out.sge(..n)];
+        let wr = match tag {
+            Some(t) => SendWr::send_with_imm(20 + round, &ssge, t),
+            None => SendWr::send(20 + round, &ssge),
+        };
+        a.post_send_one(wr).expect("ibv_post_send");
+        cq_a.wait_one(WAIT)
+            .and_then(|wc| wc.ok())
+            .expect("the check's SEND completes");
+        let got = match step("receive_tagged", || receive_tagged(cq_b)) {
+            Ok(got) => got,
+            Err(e) => fail(
+                &format!("round {round}: receive_tagged failed"),
+                &format!("the receive completion of {n} bytes"),
+                &e.to_string(),
+            ),
+        };
+        if got == (tag, n as u32) {
+            continue;
+        }
+        let what = match (tag, got.0) {
+            (None, Some(v)) => format!(
+                "round {round}: a plain SEND was read as tag 0x{v:08x}: its completion has no \
+                 IBV_WC_WITH_IMM, and without it imm_data is no tag"
+            ),
+            (Some(t), None) => format!(
+                "round {round}: the tag 0x{t:08x} was lost: the completion has IBV_WC_WITH_IMM"
+            ),
+            _ => format!("round {round}: receive_tagged returned {got:?}"),
+        };
+        fail(
+            &what,
+            &format!("{:?}", (tag, n as u32)),
+            &format!("{got:?}"),
+        );
+    }
+}
+
+#[test]
+fn send_imm() {
+    in_lab(Topology::Loopback, "send_imm", || match Impl::from_env() {
+        Some(imp) => check_send_imm(chosen_imm(imp)),
+        None => dev_check_send_imm(),
+    });
+}
+
+/// Every implementation of 06-send-imm: the starter fails naming its first step, planted
+/// mistakes fail with what rxe delivered, the reference solution passes.
+fn dev_check_send_imm() {
+    use send_imm_solution as sol;
+    use send_imm_starter as st;
+    assert_fails_with("send_tagged: not written yet (step 1:", || {
+        check_send_imm((st::send_tagged, st::receive_tagged))
+    });
+    assert_fails_with("receive_tagged: not written yet (step 3:", || {
+        check_send_imm((sol::send_tagged, st::receive_tagged))
+    });
+    assert_fails_with(
+        "round 1: the message arrived without an immediate: IBV_WC_WITH_IMM is not in the \
+         receive's flags (an IBV_WR_SEND, not IBV_WR_SEND_WITH_IMM)",
+        || {
+            check_send_imm((
+                |qp, cq, buf, len, _| {
+                    let sge = [buf.sge(..len)];
+                    qp.post_send_one(SendWr::send(2, &sge))?;
+                    cq.wait_one(WAIT)?.ok().map(|_| ())
+                },
+                sol::receive_tagged,
+            ))
+        },
+    );
+    assert_fails_with(
+        "round 1: the immediate arrived as 0x06eeffc0, not 0xc0ffee06: its bytes are swapped",
+        || {
+            check_send_imm((
+                |qp, cq, buf, len, tag| sol::send_tagged(qp, cq, buf, len, tag.to_be()),
+                sol::receive_tagged,
+            ))
+        },
+    );
+    assert_fails_with("round 3: a plain SEND was read as tag 0x", || {
+        check_send_imm((sol::send_tagged, |cq| {
+            let wc = cq.wait_one(WAIT)?.ok()?;
+            Ok((Some(wc.imm_data), wc.byte_len))
+        }))
+    });
+    check_send_imm((sol::send_tagged, sol::receive_tagged));
 }

@@ -8,15 +8,24 @@
 //! - With `LAB_EXERCISE_IMPL` unset (the test suite), the dev check: the starter fails naming
 //!   step 1, a planted connect without `rdma_resolve_route` fails with rdma_connect's EINVAL,
 //!   the reference solution passes.
+//! - `refused` checks exercise 12-refused on the loopback lab, in one process: a server thread
+//!   listens on the rxe address; the learner's `connect_answer` must report an accept, a
+//!   refusal with its status and reason text, and a port nobody listens on. The dev check
+//!   plants a connect that waits for ESTABLISHED only, a reason that keeps the REJ's padding,
+//!   and a connect without the hello.
 
 use harness::exercises::{Impl, assert_fails_with, fail, panic_message, step};
 use harness::testing::{Role, lab, run_roles};
 use harness::{Node, Topology};
-use lab::cm::{CmEventType, CmId, ConnParam};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam};
 use lab::{QpInitAttr, QpState, QueuePair, state};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+#[path = "../exercises/solutions/refused.rs"]
+mod refused_solution;
+#[path = "../exercises/refused.rs"]
+mod refused_starter;
 #[path = "../exercises/solutions/cm_connect.rs"]
 mod solution;
 #[path = "../exercises/cm_connect.rs"]
@@ -165,4 +174,197 @@ fn dev_check() {
         || check_cm_connect("planted-no-route"),
     );
     check_cm_connect("solution");
+}
+
+/// How the server answered a connect (exercise 12-refused's result).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// ESTABLISHED: the server accepted.
+    Accepted,
+    /// REJECTED: the IB CM reject reason (the event's status) and the reason text.
+    Refused { status: i32, reason: String },
+    /// Any other event, as text.
+    Other(String),
+}
+
+type ConnectAnswer = fn(&CmId, &[u8], Duration) -> lab::Result<Answer>;
+
+const HELLO: &[u8] = b"ch12 refused v1";
+const FULL: &str = "server full: try again later";
+const WHO: &str = "no hello: who are you?";
+/// Each run of the check listens on a port of its own (a failed run's server thread may still
+/// hold its listener for up to `T`).
+static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(18700);
+
+/// The refusing server: the first request is accepted when its private data begins with the
+/// hello (refused with `WHO` otherwise), the second refused with `FULL`.
+fn refusing_server(listener: CmId) {
+    let Ok(req) = listener.get_request(T) else {
+        return;
+    };
+    if req.private_data.starts_with(HELLO) {
+        let ctx = req.id.context().expect("the request's device");
+        let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+        let cq = ctx.create_cq(16, None).expect("ibv_create_cq");
+        let _qp = req
+            .id
+            .create_qp(&pd, &QpInitAttr::rc(&cq, &cq))
+            .expect("rdma_create_qp");
+        req.id.accept(&ConnParam::default()).expect("rdma_accept");
+        if req.id.expect_event(CmEventType::Established, T).is_ok() {
+            let _ = req.id.expect_event(CmEventType::Disconnected, T);
+            let _ = req.id.disconnect();
+        }
+    } else {
+        req.id.reject(WHO.as_bytes()).expect("rdma_reject");
+    }
+    if let Ok(req) = listener.get_request(T) {
+        req.id.reject(FULL.as_bytes()).expect("rdma_reject");
+    }
+}
+
+/// A fresh id to `dst` with its address and route resolved and its QP created.
+fn resolved_id(dst: SocketAddr) -> CmId {
+    let id = CmId::new().expect("rdma_create_id");
+    id.resolve_addr(None, dst, T).expect("rdma_resolve_addr");
+    id.expect_event(CmEventType::AddrResolved, T)
+        .expect("ADDR_RESOLVED");
+    id.resolve_route(T).expect("rdma_resolve_route");
+    id.expect_event(CmEventType::RouteResolved, T)
+        .expect("ROUTE_RESOLVED");
+    id
+}
+
+/// The check: accepted, refused with a reason, nobody listening; one fresh id per round.
+fn check_refused(connect_answer: ConnectAnswer) {
+    let ip = own_ip();
+    let port = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+    let listener = CmId::new().expect("rdma_create_id");
+    listener
+        .listen(SocketAddr::new(ip, port), 8)
+        .expect("rdma_listen");
+    let server = std::thread::spawn(move || refusing_server(listener));
+    let rounds = [
+        (
+            "round 1 (the server accepts a hello)",
+            port,
+            Answer::Accepted,
+        ),
+        (
+            "round 2 (the server refuses)",
+            port,
+            Answer::Refused {
+                status: 28,
+                reason: FULL.into(),
+            },
+        ),
+        (
+            "round 3 (nobody listens on the port)",
+            port + 1,
+            Answer::Refused {
+                status: 8,
+                reason: String::new(),
+            },
+        ),
+    ];
+    for (round, p, want) in rounds {
+        let id = resolved_id(SocketAddr::new(ip, p));
+        let ctx = id.context().expect("the id's device");
+        let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+        let cq = ctx.create_cq(16, None).expect("ibv_create_cq");
+        let _qp = id
+            .create_qp(&pd, &QpInitAttr::rc(&cq, &cq))
+            .expect("rdma_create_qp");
+        let got = match step("connect_answer", || connect_answer(&id, HELLO, T)) {
+            Ok(got) => got,
+            Err(e) => fail(
+                &format!("{round}: connect_answer returned an error: {e}"),
+                &format!("{want:?}"),
+                &e.to_string(),
+            ),
+        };
+        if got == Answer::Accepted {
+            id.disconnect().expect("rdma_disconnect");
+        }
+        if got != want {
+            fail(
+                &refused_what(round, &got),
+                &format!("{want:?}"),
+                &format!("{got:?}"),
+            );
+        }
+    }
+    server.join().expect("the server thread");
+}
+
+/// The first line of a wrong answer: what the learner's code got wrong.
+fn refused_what(round: &str, got: &Answer) -> String {
+    match got {
+        Answer::Refused { reason, .. } if reason.len() == lab::cm::MAX_REJECT_DATA => format!(
+            "{round}: the reason is {} bytes long: a REJECTED event's private data is always \
+             the REJ's {} bytes, zero-padded; the text ends at the first NUL",
+            reason.len(),
+            lab::cm::MAX_REJECT_DATA
+        ),
+        Answer::Refused { status, reason } => format!(
+            "{round}: refused with status {status} ({}) and the reason {reason:?}",
+            lab::cm::RejectReason::from_raw(*status).name()
+        ),
+        Answer::Accepted => format!("{round}: connect_answer says accepted"),
+        Answer::Other(ev) => format!("{round}: connect_answer saw {ev}"),
+    }
+}
+
+#[test]
+fn refused() {
+    harness::testing::in_lab(Topology::Loopback, "refused", || match Impl::from_env() {
+        Some(Impl::Starter) => check_refused(refused_starter::connect_answer),
+        Some(Impl::Solution) => check_refused(refused_solution::connect_answer),
+        None => dev_check_refused(),
+    });
+}
+
+/// Every implementation of 12-refused: the starter fails naming step 1, planted mistakes fail
+/// with what rdma_cm delivered on rxe, the reference solution passes.
+fn dev_check_refused() {
+    assert_fails_with("connect_answer: not written yet (step 1:", || {
+        check_refused(refused_starter::connect_answer)
+    });
+    assert_fails_with(
+        "round 2 (the server refuses): connect_answer returned an error: expected \
+         RDMA_CM_EVENT_ESTABLISHED, got RDMA_CM_EVENT_REJECTED (8), status 28 \
+         (IB_CM_REJ_CONSUMER_DEFINED)",
+        || {
+            check_refused(|id, hello, t| {
+                id.connect(&ConnParam::with_data(hello))?;
+                id.expect_event(CmEventType::Established, t)?;
+                Ok(Answer::Accepted)
+            })
+        },
+    );
+    assert_fails_with(
+        "round 2 (the server refuses): the reason is 148 bytes long: a REJECTED event's \
+         private data is always the REJ's 148 bytes, zero-padded",
+        || {
+            check_refused(|id, hello, t| {
+                id.connect(&ConnParam::with_data(hello))?;
+                let ev = id.get_event(t)?;
+                Ok(match &ev {
+                    CmEvent::Established { .. } => Answer::Accepted,
+                    // The whole of the private data, its padding too.
+                    CmEvent::Rejected { .. } => Answer::Refused {
+                        status: ev.status(),
+                        reason: String::from_utf8_lossy(ev.private_data()).into_owned(),
+                    },
+                    _ => Answer::Other(ev.to_string()),
+                })
+            })
+        },
+    );
+    assert_fails_with(
+        "round 1 (the server accepts a hello): refused with status 28 \
+         (IB_CM_REJ_CONSUMER_DEFINED) and the reason \"no hello: who are you?\"",
+        || check_refused(|id, _, t| refused_solution::connect_answer(id, b"", t)),
+    );
+    check_refused(refused_solution::connect_answer);
 }
