@@ -8,7 +8,7 @@ use std::path::Path;
 use lab::course::{OrFail, Outcome as Result};
 use plotters::prelude::*;
 
-use crate::client::Results;
+use crate::client::{BatchRate, Results};
 
 /// The file names and, for each, the series it must hold (tests/plots.rs checks them).
 pub const LATENCY_SVG: &str = "latency-vs-size.svg";
@@ -39,9 +39,17 @@ fn latency(path: &Path, res: &Results) -> Plot {
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let us = |ns: f64| ns / 1e3;
-    let max = res.lat.iter().map(|l| us(l.2.median)).fold(1.0, f64::max);
-    let min = res.lat.iter().map(|l| us(l.2.median)).fold(max, f64::min);
-    let max_size = res.lat.iter().map(|l| l.1).max().unwrap_or(8) as f64;
+    let max = res
+        .lat
+        .iter()
+        .map(|l| us(l.stats.median))
+        .fold(1.0, f64::max);
+    let min = res
+        .lat
+        .iter()
+        .map(|l| us(l.stats.median))
+        .fold(max, f64::min);
+    let max_size = res.lat.iter().map(|l| l.size).max().unwrap_or(8) as f64;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "One-way latency against message size (median, node b -> node a)",
@@ -67,8 +75,8 @@ fn latency(path: &Path, res: &Results) -> Plot {
         let pts: Vec<(f64, f64)> = res
             .lat
             .iter()
-            .filter(|l| l.0 == op)
-            .map(|l| (l.1 as f64, us(l.2.median)))
+            .filter(|l| l.op == op)
+            .map(|l| (l.size as f64, us(l.stats.median)))
             .collect();
         let c = COLOURS[i];
         chart
@@ -88,14 +96,18 @@ fn latency(path: &Path, res: &Results) -> Plot {
     Ok(names)
 }
 
-/// Picks one series' value from a (batch, chained, one call each) row.
-type Pick = fn(&(usize, f64, f64)) -> f64;
+/// Picks one series' value from a batch row.
+type Pick = fn(&BatchRate) -> f64;
 
 fn batching(path: &Path, res: &Results) -> Plot {
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
-    let max_b = res.batch.iter().map(|b| b.0).max().unwrap_or(1) as f64;
-    let max_r = res.batch.iter().map(|b| b.1.max(b.2)).fold(1.0, f64::max);
+    let max_b = res.batch.iter().map(|b| b.size).max().unwrap_or(1) as f64;
+    let max_r = res
+        .batch
+        .iter()
+        .map(|b| b.chained.max(b.separate))
+        .fold(1.0, f64::max);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "RDMA WRITEs of 64 B per second against batch size",
@@ -112,11 +124,11 @@ fn batching(path: &Path, res: &Results) -> Plot {
         .draw()?;
     let mut names = vec![];
     let series: [(&str, Pick); 2] = [
-        ("chained (one ibv_post_send)", |b| b.1),
-        ("one ibv_post_send per WR", |b| b.2),
+        ("chained (one ibv_post_send)", |b| b.chained),
+        ("one ibv_post_send per WR", |b| b.separate),
     ];
     for (i, (name, f)) in series.into_iter().enumerate() {
-        let pts: Vec<(f64, f64)> = res.batch.iter().map(|b| (b.0 as f64, f(b))).collect();
+        let pts: Vec<(f64, f64)> = res.batch.iter().map(|b| (b.size as f64, f(b))).collect();
         let c = COLOURS[i];
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?

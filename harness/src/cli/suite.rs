@@ -5,11 +5,11 @@ use super::chapters::{prepare, prepare_checkers};
 use super::labs::{
     daemon_alive, failed_logs_dir, keep_logs, start_daemon, stop_daemon, wait_daemon,
 };
+use super::progress::{self, Progress};
 use super::{interrupted, root};
 use crate::testbed::Provider;
 use crate::{Topology, testbed};
 use anyhow::{Context as _, Result, bail};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -75,9 +75,17 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
             cmd.env(k, v);
         }
         eprintln!("running: cargo {}", cargo_args.join(" "));
-        let (code, text) = run_teed(cmd)?;
+        let (code, text) = run_teed(&root, cmd)?;
         if !interrupted.load(Ordering::SeqCst) {
-            print_slowest(&root, &binary_times(&text), 10);
+            let times = binary_times(&text);
+            print_slowest(&root, &times, 10);
+            if code == 0 {
+                let labelled: Vec<(String, f64)> = times
+                    .iter()
+                    .map(|b| (binary_label(&root, b), b.secs))
+                    .collect();
+                progress::write_times(&progress::times_file(&root), &labelled);
+            }
         }
         Ok(code)
     })();
@@ -117,9 +125,11 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
 
 /// Runs cargo (`cmd`, its arguments set) with its stdout and stderr merged into one pipe, so
 /// that cargo's `Running ...` lines and the test binaries' output stay in the order they were
-/// written; everything is copied to our stdout as it comes. Returns cargo's exit code and the
-/// text. Cargo keeps its colours when our stdout is a terminal.
-fn run_teed(cmd: Command) -> Result<(i32, String)> {
+/// written; everything is copied to our stdout line by line, with the suite's progress
+/// ([`progress`]: binary N of M) before each binary or in a bar under the output. The build
+/// runs first, alone (the progress pass, with cargo's own progress). Returns cargo's exit code
+/// and the text. Cargo keeps its colours when our stdout is a terminal.
+fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String)> {
     use std::io::Read as _;
     use std::sync::Mutex;
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
@@ -141,6 +151,11 @@ fn run_teed(cmd: Command) -> Result<(i32, String)> {
     if terminal && std::env::var_os("CARGO_TERM_COLOR").is_none() {
         sh.env("CARGO_TERM_COLOR", "always");
     }
+    let plan = match progress::plan(&cmd) {
+        Ok(p) => p,
+        Err(code) => return Ok((code, String::new())),
+    };
+    let progress = Arc::new(Mutex::new(Progress::new(root, &plan, terminal)));
     let mut child = sh
         .stdout(Stdio::piped())
         .spawn()
@@ -148,25 +163,46 @@ fn run_teed(cmd: Command) -> Result<(i32, String)> {
     let mut out = child.stdout.take().unwrap();
     let text = Arc::new(Mutex::new(Vec::<u8>::new()));
     let (done_tx, done) = mpsc::channel::<()>();
-    let seen = text.clone();
+    let (seen, shown, root) = (text.clone(), progress.clone(), root.to_path_buf());
     std::thread::spawn(move || {
         let mut buf = [0u8; 16384];
+        let mut line = Vec::<u8>::new();
         let mut stdout = std::io::stdout();
+        // A closed stdout (`| head`) must not stop cargo: keep reading, writes just fail.
+        let emit = |l: &[u8], stdout: &mut std::io::Stdout| {
+            let label = binary_starting(&root, &String::from_utf8_lossy(l));
+            shown.lock().unwrap().line(stdout, l, label.as_deref());
+        };
         while let Ok(n) = out.read(&mut buf) {
             if n == 0 {
                 break;
             }
-            // A closed stdout (`| head`) must not stop cargo: keep reading, stop writing.
-            let _ = stdout.write_all(&buf[..n]).and_then(|_| stdout.flush());
             seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            line.extend_from_slice(&buf[..n]);
+            while let Some(i) = line.iter().position(|b| *b == b'\n') {
+                let rest = line.split_off(i + 1);
+                emit(&line, &mut stdout);
+                line = rest;
+            }
+        }
+        if !line.is_empty() {
+            emit(&line, &mut stdout);
         }
         let _ = done_tx.send(());
     });
     let st = child.wait().context("waiting for cargo test")?;
     // A process a test left running may hold the pipe open: what came within 2 s is all.
     let _ = done.recv_timeout(Duration::from_secs(2));
+    progress.lock().unwrap().finish();
     let text = String::from_utf8_lossy(&text.lock().unwrap()).into_owned();
     Ok((st.code().unwrap_or(130), text))
+}
+
+/// The label of the binary a line of cargo's output starts (`Running ...`, `Doc-tests ...`),
+/// the one [`binary_label`] gives it in the list of the slowest; None for any other line.
+fn binary_starting(root: &Path, line: &str) -> Option<String> {
+    let b = binary_times(&format!("{line}\ntest result: ok. finished in 0s\n")).pop()?;
+    Some(binary_label(root, &b))
 }
 
 /// One test binary's run, read from cargo test's output.
