@@ -6,8 +6,9 @@
 //!   doc-test run per workspace library with doc tests when no target is selected. The build
 //!   happens in that pass, with cargo's own progress on stderr.
 //! - N counts cargo's `Running ...` and `Doc-tests ...` lines as they come.
-//! - The guess: the times the same binaries took in the last complete run
-//!   (`target/rxe-lab/suite-times.tsv`), else the mean of the binaries done so far.
+//! - The guess: in a run of the whole suite, the times the binaries took in the last complete
+//!   run of the whole suite (`target/rxe-lab/suite-times.tsv`); otherwise, or without one, the
+//!   mean of the binaries done so far.
 //! - On a terminal the line is an indicatif bar under the output; otherwise (CI, a pipe) it is
 //!   a plain line before each binary's output.
 
@@ -23,6 +24,8 @@ use std::time::{Duration, Instant};
 pub(super) struct Plan {
     /// Test binaries the run will start, doc-test runs included.
     pub binaries: usize,
+    /// The whole workspace, every target: the run whose times make the next run's guess.
+    pub whole_suite: bool,
 }
 
 /// Flags that select targets: with one of them, cargo runs no doc tests unless `--doc`.
@@ -40,13 +43,23 @@ const TARGET_FLAGS: &[&str] = &[
 ];
 
 /// Runs the build-only pass of `cmd` (a `cargo test ...` command). `Err(code)`: cargo failed
-/// (the build's errors are on stderr already).
+/// (the build's errors are on stderr already). A run that only builds (`--no-run`) or sets its
+/// own message format has no pass: its binaries are counted as they come, with no total.
 pub(super) fn plan(cmd: &Command) -> Result<Plan, i32> {
     let args: Vec<String> = cmd
         .get_args()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let own = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    if args[..own]
+        .iter()
+        .any(|a| a == "--no-run" || a.starts_with("--message-format"))
+    {
+        return Ok(Plan {
+            binaries: 0,
+            whole_suite: false,
+        });
+    }
     let mut pass = Command::new(cmd.get_program());
     pass.args(&args[..own])
         .args(["--no-run", "--message-format=json-render-diagnostics"]);
@@ -75,17 +88,26 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, i32> {
         .iter()
         .any(|a| TARGET_FLAGS.contains(&a.split('=').next().unwrap_or(a)));
     let doc = args[..own].iter().any(|a| a == "--doc");
-    Ok(count(
+    let mut plan = count(
         &String::from_utf8_lossy(&out.stdout),
         !selects_targets || doc,
         doc,
-    ))
+    );
+    plan.whole_suite = !selects_targets
+        && !doc
+        && args[..own].iter().any(|a| a == "--workspace")
+        && !args[..own]
+            .iter()
+            .any(|a| a == "--exclude" || a.starts_with("--exclude="));
+    Ok(plan)
 }
 
 /// Counts the binaries in cargo's JSON messages: each test executable (unless `doc_only`), and
-/// with `doc_tests` each workspace library that has doc tests.
+/// with `doc_tests` each library with doc tests of a package under test (one that has a test
+/// executable: cargo builds the other workspace libraries too, as dependencies).
 fn count(json_lines: &str, doc_tests: bool, doc_only: bool) -> Plan {
     let mut exes = HashSet::new();
+    let mut tested = HashSet::new();
     let mut libs = HashSet::new();
     for line in json_lines.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -97,24 +119,29 @@ fn count(json_lines: &str, doc_tests: bool, doc_only: bool) -> Plan {
         let local = v["package_id"]
             .as_str()
             .is_some_and(|p| p.starts_with("path+file://"));
+        let package = v["package_id"].as_str().unwrap_or_default().to_string();
         if let Some(exe) = v["executable"].as_str()
             && v["profile"]["test"] == true
         {
             exes.insert(exe.to_string());
+            tested.insert(package.clone());
         }
         let kinds = v["target"]["kind"].as_array().cloned().unwrap_or_default();
         if local
             && v["target"]["doctest"] == true
             && kinds.iter().any(|k| k == "lib" || k == "rlib")
         {
-            libs.insert(v["target"]["name"].to_string());
+            libs.insert((package, v["target"]["name"].to_string()));
         }
     }
     let mut binaries = if doc_only { 0 } else { exes.len() };
     if doc_tests {
-        binaries += libs.len();
+        binaries += libs.iter().filter(|(p, _)| tested.contains(p)).count();
     }
-    Plan { binaries }
+    Plan {
+        binaries,
+        whole_suite: false,
+    }
 }
 
 /// The progress of one run, fed cargo's output line by line.
@@ -139,11 +166,13 @@ impl Progress {
     pub(super) fn new(root: &Path, plan: &Plan, terminal: bool) -> Progress {
         let bar = terminal.then(|| {
             let b = ProgressBar::new(plan.binaries as u64);
+            let template = match plan.binaries {
+                0 => "cargo lab test: binary {pos}, {elapsed} so far{msg}",
+                _ => "cargo lab test: binary {pos} of {len} {wide_bar} {elapsed} so far{msg}",
+            };
             b.set_style(
-                ProgressStyle::with_template(
-                    "cargo lab test: binary {pos} of {len} {wide_bar} {elapsed} so far{msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template(template)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             b.enable_steady_tick(Duration::from_millis(500));
             b
@@ -152,7 +181,11 @@ impl Progress {
             total: plan.binaries,
             started: 0,
             start: Instant::now(),
-            last: read_times(&times_file(root)),
+            last: if plan.whole_suite {
+                read_times(&times_file(root))
+            } else {
+                BTreeMap::new()
+            },
             seen: HashSet::new(),
             bar,
         }
@@ -172,11 +205,14 @@ impl Progress {
                     b.set_message(guess);
                 }
                 None => {
+                    let of = match self.total {
+                        0 => String::new(),
+                        n => format!(" of {n}"),
+                    };
                     let _ = writeln!(
                         out,
-                        "cargo lab test: binary {} of {}, {} so far{guess}",
+                        "cargo lab test: binary {}{of}, {} so far{guess}",
                         self.started,
-                        self.total,
                         clock(self.start.elapsed())
                     );
                 }
@@ -202,7 +238,7 @@ impl Progress {
             .sum();
         let left = if !self.last.is_empty() {
             Some(left_known)
-        } else if self.started > 1 {
+        } else if self.started > 1 && self.total > 0 {
             let done = self.started - 1;
             let mean = self.start.elapsed().as_secs_f64() / done as f64;
             Some(mean * (self.total.saturating_sub(done)) as f64)
@@ -266,25 +302,27 @@ pub(super) fn write_times(path: &Path, times: &[(String, f64)]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Plan, Progress, clock, count, read_times, write_times};
+    use super::{Progress, clock, count, read_times, write_times};
     use std::collections::{BTreeMap, HashSet};
     use std::time::{Duration, Instant};
 
     /// cargo 1.95's JSON for a workspace library (its lib, its unit-test executable), an
-    /// integration test, a dependency, and a build script: two test executables, one doc-test
-    /// library.
+    /// integration test, a dependency, a build script, and a workspace library built only as a
+    /// dependency: two test executables, one doc-test library.
     const JSON: &str = r#"{"reason":"compiler-artifact","package_id":"registry+https://github.com/rust-lang/crates.io-index#libc@0.2.191","target":{"kind":["lib"],"name":"libc","doctest":true},"profile":{"test":false},"executable":null}
 {"reason":"compiler-artifact","package_id":"path+file:///w/lab#0.1.0","target":{"kind":["lib"],"name":"lab","doctest":true},"profile":{"test":false},"executable":null}
 {"reason":"compiler-artifact","package_id":"path+file:///w/lab#0.1.0","target":{"kind":["lib"],"name":"lab","doctest":true},"profile":{"test":true},"executable":"/w/target/debug/deps/lab-1"}
 {"reason":"compiler-artifact","package_id":"path+file:///w/lab#0.1.0","target":{"kind":["test"],"name":"verbs","doctest":false},"profile":{"test":true},"executable":"/w/target/debug/deps/verbs-2"}
 {"reason":"compiler-artifact","package_id":"path+file:///w/lab#0.1.0","target":{"kind":["custom-build"],"name":"build-script-build","doctest":false},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","package_id":"path+file:///w/harness#0.1.0","target":{"kind":["lib"],"name":"harness","doctest":true},"profile":{"test":false},"executable":null}
 {"reason":"build-finished","success":true}"#;
 
     #[test]
     fn counts_test_executables_and_workspace_doc_tests() {
-        assert_eq!(count(JSON, true, false), Plan { binaries: 3 });
-        assert_eq!(count(JSON, false, false), Plan { binaries: 2 });
-        assert_eq!(count(JSON, true, true), Plan { binaries: 1 });
+        let n = |doc, only| count(JSON, doc, only).binaries;
+        assert_eq!(n(true, false), 3);
+        assert_eq!(n(false, false), 2);
+        assert_eq!(n(true, true), 1);
     }
 
     fn progress(total: usize, last: &[(&str, f64)]) -> Progress {

@@ -75,11 +75,11 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
             cmd.env(k, v);
         }
         eprintln!("running: cargo {}", cargo_args.join(" "));
-        let (code, text) = run_teed(&root, cmd)?;
+        let (code, text, whole_suite) = run_teed(&root, cmd)?;
         if !interrupted.load(Ordering::SeqCst) {
             let times = binary_times(&text);
             print_slowest(&root, &times, 10);
-            if code == 0 {
+            if code == 0 && whole_suite {
                 let labelled: Vec<(String, f64)> = times
                     .iter()
                     .map(|b| (binary_label(&root, b), b.secs))
@@ -128,8 +128,8 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
 /// written; everything is copied to our stdout line by line, with the suite's progress
 /// ([`progress`]: binary N of M) before each binary or in a bar under the output. The build
 /// runs first, alone (the progress pass, with cargo's own progress). Returns cargo's exit code
-/// and the text. Cargo keeps its colours when our stdout is a terminal.
-fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String)> {
+/// and the text, and whether it was the whole suite. Cargo keeps its colours when our stdout is a terminal.
+fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String, bool)> {
     use std::io::Read as _;
     use std::sync::Mutex;
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
@@ -153,7 +153,7 @@ fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String)> {
     }
     let plan = match progress::plan(&cmd) {
         Ok(p) => p,
-        Err(code) => return Ok((code, String::new())),
+        Err(code) => return Ok((code, String::new(), false)),
     };
     let progress = Arc::new(Mutex::new(Progress::new(root, &plan, terminal)));
     let mut child = sh
@@ -195,7 +195,7 @@ fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String)> {
     let _ = done.recv_timeout(Duration::from_secs(2));
     progress.lock().unwrap().finish();
     let text = String::from_utf8_lossy(&text.lock().unwrap()).into_owned();
-    Ok((st.code().unwrap_or(130), text))
+    Ok((st.code().unwrap_or(130), text, plan.whole_suite))
 }
 
 /// The label of the binary a line of cargo's output starts (`Running ...`, `Doc-tests ...`),
