@@ -47,6 +47,9 @@ bind() { mkdir -p "$dir$2"; mount --bind "$1" "$dir$2"; mounted+=("$dir$2"); }
 bind /proc /proc
 bind /sys /sys
 bind /dev /dev
+# A bind of /dev leaves out its own mounts: /dev/pts is one (a PTY for `script`, which the
+# exercise watch test runs).
+bind /dev/pts /dev/pts
 bind "$rustup_dir" /root/.rustup
 bind "$cargo_dir" /root/.cargo
 

@@ -282,13 +282,28 @@ impl Drop for Restore {
 }
 
 /// Waits until `file` holds `what` after byte `from`; returns where it ends. Panics at the
-/// deadline with the file's text.
-fn wait_for(file: &Path, what: &str, from: usize, limit: Duration) -> usize {
+/// deadline with the file's text, or at once if `writer` (the process writing the file) has
+/// exited, with its status and its stderr (`errors`).
+fn wait_for(
+    file: &Path,
+    what: &str,
+    from: usize,
+    limit: Duration,
+    writer: &mut std::process::Child,
+    errors: &Path,
+) -> usize {
     let end = Instant::now() + limit;
     loop {
         let t = std::fs::read(file).map(|b| text(&b)).unwrap_or_default();
         if let Some(i) = t.get(from..).and_then(|s| s.find(what)) {
             return from + i + what.len();
+        }
+        if let Ok(Some(st)) = writer.try_wait() {
+            let err = std::fs::read(errors).map(|b| text(&b)).unwrap_or_default();
+            panic!(
+                "no {what:?}: the terminal's process ended ({st}) first; its stderr:\n{err}\n\
+                 (`script` needs a PTY: on a chroot, mount /dev/pts); the terminal showed:\n{t}"
+            );
         }
         assert!(
             Instant::now() < end,
@@ -314,6 +329,7 @@ fn watch_turns_green_when_the_fixed_starter_is_saved() {
     .unwrap();
     let state = tempfile::tempdir().unwrap();
     let tty = state.path().join("tty.log");
+    let errors = state.path().join("script.err");
     let exe = assert_cmd::cargo::cargo_bin("cargo-lab");
     let cmd = format!(
         "{} exercise watch 03-remote-write --timeout 900",
@@ -327,18 +343,30 @@ fn watch_turns_green_when_the_fixed_starter_is_saved() {
         .env("LAB_EXERCISE_STATE_DIR", state.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&errors).expect("a file for script's stderr"))
         .spawn()
         .expect("util-linux script");
-    let at = wait_for(&tty, "FAIL 03-remote-write", 0, Duration::from_secs(600));
-    wait_for(
+    let c = &mut child;
+    let at = wait_for(
         &tty,
-        "watching the exercise files",
-        at,
-        Duration::from_secs(30),
+        "FAIL 03-remote-write",
+        0,
+        Duration::from_secs(600),
+        c,
+        &errors,
     );
+    let wait = Duration::from_secs(30);
+    wait_for(&tty, "watching the exercise files", at, wait, c, &errors);
     let saved = Instant::now();
     std::fs::write(&starter, &fixed).unwrap();
-    let green = wait_for(&tty, "PASS 03-remote-write", at, Duration::from_secs(120));
+    let green = wait_for(
+        &tty,
+        "PASS 03-remote-write",
+        at,
+        Duration::from_secs(120),
+        c,
+        &errors,
+    );
     let took = saved.elapsed();
     let screen = text(&std::fs::read(&tty).unwrap());
     let _ = child.kill();
