@@ -267,6 +267,14 @@ fn link(n: &Node, oob: &mut OobStream, case: CaseArg, client: bool, t: Duration)
     let qp = qp
         .bring_up(&InitAttr::default(), &rtr, &rts)
         .or_fail("cannot connect the QP (INIT, RTR, RTS)")?;
+    // The server says when its QP is up, and the client waits for it: a packet that reaches
+    // a QP not yet in RTR is dropped, and the client's first SEND would become a retry.
+    if client {
+        oob.expect_line("up", t)
+            .or_fail("the server did not bring its QP up")?;
+    } else {
+        oob.send_line("up", t).or_fail("cannot tell the client")?;
+    }
     Ok(Link { qp, cq, mr })
 }
 
@@ -355,8 +363,9 @@ fn client(o: &Opts, host: &str) -> Result<()> {
     for (i, case) in cases.iter().enumerate() {
         oob.send_line(&format!("case {}", case.name()), t)
             .or_fail("cannot tell the server the case")?;
-        let l = link(&n, &mut oob, *case, true, t)?;
+        // The counters before the QP exists: nothing of this case can have moved them yet.
         let before = netem::counters(&dev);
+        let l = link(&n, &mut oob, *case, true, t)?;
         println!("step {}: case {}", i + 2, case.name());
         match case {
             // These two record the wire themselves, around the moments that matter.
@@ -548,6 +557,9 @@ fn killed_peer(
         .or_fail("cannot bring the QP up again")?;
     println!("  RESET -> INIT -> RTR -> RTS toward the new server's QP (a fresh exchange)");
     fresh
+        .expect_line("up", t)
+        .or_fail("the new server did not bring its QP up")?;
+    fresh
         .expect_line("posted", t)
         .or_fail("the new server did not post its receive")?;
     qp.post_send_one(SendWr::send(2, &[l.mr.sge(..64)]).signaled(true))
@@ -708,8 +720,10 @@ fn server(o: &Opts) -> Result<()> {
         let name = line.strip_prefix("case ").unwrap_or("");
         let case = CaseArg::from_name(name)
             .ok_or_else(|| Failure(format!("the client asked for an unknown case {line:?}")))?;
-        let l = link(&n, &mut oob, case, false, t)?;
+        // The counters before the QP exists: the client's first SEND may reach us (and be
+        // answered with an RNR NAK) as soon as we have said our QP is up.
         let before = netem::counters(&dev);
+        let l = link(&n, &mut oob, case, false, t)?;
         println!("step {step}: case {}", case.name());
         step += 1;
         match case {
