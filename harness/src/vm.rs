@@ -17,6 +17,7 @@ use crate::initramfs;
 use crate::kernel::{self, Kernel};
 use crate::snapshot;
 use crate::userspace::{self, Userspace};
+use crate::vm_options::{Accel, VmOptions};
 use crate::wire::cable::Cable;
 use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
@@ -51,8 +52,6 @@ pub fn agent_file() -> Result<PathBuf> {
     .clone()
     .map_err(anyhow::Error::msg)
 }
-
-pub use crate::vm_options::*;
 
 /// One running QEMU.
 #[derive(Debug)]

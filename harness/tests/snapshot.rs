@@ -15,7 +15,8 @@
 //! Each test boots VMs: they take one lock so that they run one after the other.
 
 use harness::testbed::Testbed;
-use harness::vm::{self, BootPlan, VmOptions};
+use harness::vm::{self, BootPlan};
+use harness::vm_options::VmOptions;
 use harness::{Topology, snapshot};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -1,7 +1,15 @@
 //! The daemon's relay: one client of `cargo lab up`'s daemon, its commands run on the lab's
 //! connection under fresh ids and killed when the client goes away.
 
-use super::*;
+use super::HEARTBEAT_LIMIT;
+use crate::conn::{Cmd, Conn, Event};
+use crate::proto::{self, Reply, Request};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How the relay reports a command lost with its VM (its client sees an exit that could not
 /// start, whose message begins with this).

@@ -24,8 +24,7 @@ use crate::proto::ExitStatus;
 pub use crate::redact::redact;
 use crate::testbed::{Provider, Testbed};
 use crate::{Node, Topology};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod lock;

@@ -3,7 +3,18 @@
 //! ([`QpInitAttr`], [`QpCap`]), the per-transition bundles ([`InitAttr`], [`RtrAttr`],
 //! [`RtsAttr`]) and what `ibv_query_qp` reports ([`QpInfo`]).
 
-use super::*;
+use std::fmt;
+
+use rdma_sys::*;
+
+use super::state_machine::{QpAttrMask, QpState, QpType};
+use super::{
+    DEFAULT_HOP_LIMIT, DEFAULT_MIN_RNR_TIMER, DEFAULT_RETRY_CNT, DEFAULT_RNR_RETRY, DEFAULT_TIMEOUT,
+};
+use crate::cq::CompletionQueue;
+use crate::device::{Gid, Mtu};
+use crate::mr::AccessFlags;
+use crate::srq::SharedReceiveQueue;
 
 /// The address vector of an RC QP on RoCE (`struct ibv_ah_attr` with its GRH): where the peer
 /// is. RoCE has no LIDs, so the GRH (`is_global = 1`) with the peer's GID is mandatory.
