@@ -12,9 +12,9 @@
 
 use crate::conn::{Cmd, Conn, Event, Output};
 use crate::proto;
-use crate::vm;
 use crate::vm_options::{Accel, VmOptions};
 use crate::{Node, StateDir, Topology};
+use crate::{snapshot, vm};
 use anyhow::{Context as _, Result, bail};
 use contracts::HostRequest;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -310,7 +310,7 @@ impl Testbed {
                 }
             }
         };
-        let booted = match vm::boot(topology, opts, &plan, &dir) {
+        let booted = match snapshot::boot(topology, opts, &plan, &dir) {
             Ok(b) => b,
             Err(first) => {
                 save_logs();
@@ -320,7 +320,7 @@ impl Testbed {
                     first.to_string().lines().next().unwrap_or(""),
                     keep.display()
                 );
-                match vm::boot(topology, opts, &plan, &dir) {
+                match snapshot::boot(topology, opts, &plan, &dir) {
                     Ok(b) => b,
                     Err(e) => {
                         save_logs();
@@ -336,7 +336,7 @@ impl Testbed {
             }
         };
         let (booted, cable) = booted;
-        let how = crate::snapshot::how(&dir);
+        let how = snapshot::how(&dir);
         let mut nodes = vec![];
         let mut vms = vec![];
         for (v, c) in booted {
