@@ -18,7 +18,9 @@ pub struct Chapter {
     pub number: String,
     pub package: String,
     pub title: String,
-    pub topology: String,
+    /// `loopback` or `pair`; any other name fails the parse, naming itself and those two.
+    #[serde(deserialize_with = "topology_name")]
+    pub topology: Topology,
     #[serde(default)]
     pub summary: String,
     /// The arguments every role gets when the user gives none (`cargo lab run NN`); arguments
@@ -35,6 +37,15 @@ pub struct Chapter {
     pub single: Option<RoleSpec>,
     pub server: Option<RoleSpec>,
     pub client: Option<RoleSpec>,
+}
+
+/// A chapter's `topology`, parsed by [`Topology`]'s own parser: an unknown name is an error
+/// that names it and the known ones (`unknown topology "ring" (loopback or pair)`).
+fn topology_name<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Topology, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map_err(serde::de::Error::custom)
 }
 
 /// A documented run of a chapter: `cargo lab run NN -- <args>`.
@@ -82,7 +93,6 @@ impl Course {
     pub fn parse(text: &str) -> Result<Course> {
         let c: Course = toml::from_str(text).context("parsing chapters/course.toml")?;
         for ch in &c.chapters {
-            ch.topology()?;
             match (&ch.single, &ch.server, &ch.client) {
                 (Some(_), None, None) | (None, Some(_), Some(_)) => {}
                 _ => bail!(
@@ -127,17 +137,6 @@ impl Course {
 }
 
 impl Chapter {
-    pub fn topology(&self) -> Result<Topology> {
-        match self.topology.as_str() {
-            "loopback" => Ok(Topology::Loopback),
-            "pair" => Ok(Topology::Pair),
-            t => bail!(
-                "chapters/course.toml: chapter {}: topology {t:?} (expected \"loopback\" or \"pair\")",
-                self.number
-            ),
-        }
-    }
-
     /// The arguments `cargo lab tour` gives the chapter: its `tour` args, else none (the
     /// defaults).
     pub fn tour_args(&self) -> &[String] {
@@ -305,6 +304,26 @@ args = ["-g", "1", "{server}"]
         // The real course: chapter 11's tour is its quick form.
         let (real, _) = Course::load().unwrap();
         assert_eq!(real.find("11").unwrap().tour_args(), ["--quick"]);
+    }
+
+    #[test]
+    fn parses_the_topology() {
+        let c = Course::parse(TOML).unwrap();
+        assert_eq!(c.find("01").unwrap().topology, Topology::Loopback);
+        assert_eq!(c.find("06").unwrap().topology, Topology::Pair);
+    }
+
+    #[test]
+    fn rejects_an_unknown_topology_naming_it_and_the_known_ones() {
+        let bad = TOML.replace("topology = \"pair\"", "topology = \"ring\"");
+        let e = format!("{:#}", Course::parse(&bad).unwrap_err());
+        assert!(e.contains("parsing chapters/course.toml"), "{e}");
+        assert!(
+            e.contains("unknown topology \"ring\" (loopback or pair)"),
+            "{e}"
+        );
+        // Where: the line of the bad value.
+        assert!(e.contains("line 15"), "{e}");
     }
 
     #[test]

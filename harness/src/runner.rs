@@ -34,6 +34,106 @@ impl Proc {
     }
 }
 
+/// Forwards the child's stdout and stderr to `sink` in chunks as they come, each pipe from a
+/// thread of its own; the receiver gets one message per pipe at its end (or disconnects).
+fn forward_output(sink: &Sink, id: u32, child: &mut Child) -> mpsc::Receiver<()> {
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let out = child.stdout.take().expect("piped stdout");
+    let err = child.stderr.take().expect("piped stderr");
+    for (mut pipe, is_err) in [
+        (Box::new(out) as Box<dyn std::io::Read + Send>, false),
+        (Box::new(err) as Box<dyn std::io::Read + Send>, true),
+    ] {
+        let sink = sink.clone();
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let data = buf[..n].to_vec();
+                        sink(if is_err {
+                            Reply::Stderr { id, data }
+                        } else {
+                            Reply::Stdout { id, data }
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = done.send(());
+        });
+    }
+    done_rx
+}
+
+/// The command's stdin is written by a thread of its own: a command that does not read
+/// blocks that thread, never the agent. An empty chunk closes it.
+fn feed_stdin(mut w: std::process::ChildStdin) -> mpsc::Sender<Vec<u8>> {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        use std::io::Write as _;
+        while let Ok(chunk) = rx.recv() {
+            if chunk.is_empty() || w.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        // Dropping `w` closes the pipe: the command reads end of file.
+    });
+    tx
+}
+
+/// Waits for the command to end, killing its group once `deadline` passes; its status, and
+/// whether it was killed for the deadline.
+fn wait_exit(
+    proc_: &Proc,
+    deadline: Option<Instant>,
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    let mut timed_out = false;
+    let mut nap = Duration::from_millis(1);
+    let status = loop {
+        let r = proc_.child.lock().unwrap().try_wait();
+        match r {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        if let Some(d) = deadline
+            && !timed_out
+            && Instant::now() >= d
+        {
+            timed_out = true;
+            proc_.kill();
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(10));
+    };
+    (status, timed_out)
+}
+
+/// Drains both pipes; a leftover child of the command may hold them open: kill the group
+/// then, and give up on the rest after a bounded wait.
+fn drain(done_rx: &mpsc::Receiver<()>, pgid: u32) {
+    let mut drained = 0;
+    let mut grace = Instant::now() + Duration::from_secs(2);
+    let mut group_killed = false;
+    while drained < 2 {
+        let left = grace.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(left) {
+            Ok(()) => drained += 1,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) if !group_killed => {
+                group_killed = true;
+                kill_group(pgid);
+                grace = Instant::now() + Duration::from_secs(1);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => break,
+        }
+    }
+}
+
 /// SIGKILL to a whole process group.
 fn kill_group(pgid: u32) {
     signal_group(pgid, "KILL");
@@ -82,12 +182,52 @@ impl Runner {
     /// Starts a command; returns at once. Exactly one `Exit` reply follows, whatever happens.
     pub fn run(&self, req: RunRequest) {
         let id = req.id;
+        let mut child = match self.spawn(&req) {
+            Ok(c) => c,
+            Err(why) => {
+                (self.sink)(Reply::Exit {
+                    id,
+                    status: ExitStatus::SpawnFailed(why),
+                });
+                return;
+            }
+        };
+        let done_rx = forward_output(&self.sink, id, &mut child);
+        let input = child.stdin.take().map(feed_stdin);
+        let pid = child.id();
+        let proc_ = Arc::new(Proc {
+            child: Mutex::new(child),
+            pid,
+            input: Mutex::new(input),
+        });
+        self.procs.lock().unwrap().insert(id, proc_.clone());
+        let procs = self.procs.clone();
+        let sink = self.sink.clone();
+        let deadline =
+            (req.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(req.timeout_ms));
+        std::thread::spawn(move || {
+            let (status, timed_out) = wait_exit(&proc_, deadline);
+            drain(&done_rx, proc_.pid);
+            procs.lock().unwrap().remove(&id);
+            let status = match status {
+                _ if timed_out => ExitStatus::TimedOut,
+                Ok(s) => match (s.code(), s.signal()) {
+                    (Some(c), _) => ExitStatus::Code(c),
+                    (None, Some(sig)) => ExitStatus::Signal(sig),
+                    _ => ExitStatus::Code(-1),
+                },
+                Err(e) => ExitStatus::SpawnFailed(format!("wait: {e}")),
+            };
+            sink(Reply::Exit { id, status });
+        });
+    }
+
+    /// Starts the request's command in a process group of its own, its stdout and stderr
+    /// piped (and its stdin, if the request asks); the reason it could not, as the message of
+    /// its `SpawnFailed` exit.
+    fn spawn(&self, req: &RunRequest) -> Result<Child, String> {
         let Some(prog) = req.argv.first() else {
-            (self.sink)(Reply::Exit {
-                id,
-                status: ExitStatus::SpawnFailed("empty command".into()),
-            });
-            return;
+            return Err("empty command".into());
         };
         let mut cmd = Command::new(prog);
         cmd.args(&req.argv[1..])
@@ -104,133 +244,11 @@ impl Runner {
             .process_group(0);
         if !req.cwd.is_empty() {
             if !std::path::Path::new(&req.cwd).is_dir() {
-                (self.sink)(Reply::Exit {
-                    id,
-                    status: ExitStatus::SpawnFailed(format!(
-                        "working directory {} does not exist here",
-                        req.cwd
-                    )),
-                });
-                return;
+                return Err(format!("working directory {} does not exist here", req.cwd));
             }
             cmd.current_dir(&req.cwd);
         }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                (self.sink)(Reply::Exit {
-                    id,
-                    status: ExitStatus::SpawnFailed(format!("{prog}: {e}")),
-                });
-                return;
-            }
-        };
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let out = child.stdout.take().expect("piped stdout");
-        let err = child.stderr.take().expect("piped stderr");
-        for (mut pipe, is_err) in [
-            (Box::new(out) as Box<dyn std::io::Read + Send>, false),
-            (Box::new(err) as Box<dyn std::io::Read + Send>, true),
-        ] {
-            let sink = self.sink.clone();
-            let done = done_tx.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; CHUNK];
-                loop {
-                    match pipe.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let data = buf[..n].to_vec();
-                            sink(if is_err {
-                                Reply::Stderr { id, data }
-                            } else {
-                                Reply::Stdout { id, data }
-                            });
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-                let _ = done.send(());
-            });
-        }
-        drop(done_tx);
-        // The command's stdin is written by a thread of its own: a command that does not read
-        // blocks that thread, never the agent.
-        let input = child.stdin.take().map(|mut w| {
-            let (tx, rx) = mpsc::channel::<Vec<u8>>();
-            std::thread::spawn(move || {
-                use std::io::Write as _;
-                while let Ok(chunk) = rx.recv() {
-                    if chunk.is_empty() || w.write_all(&chunk).is_err() {
-                        break;
-                    }
-                }
-                // Dropping `w` closes the pipe: the command reads end of file.
-            });
-            tx
-        });
-        let pid = child.id();
-        let proc_ = Arc::new(Proc {
-            child: Mutex::new(child),
-            pid,
-            input: Mutex::new(input),
-        });
-        self.procs.lock().unwrap().insert(id, proc_.clone());
-        let procs = self.procs.clone();
-        let sink = self.sink.clone();
-        let deadline =
-            (req.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(req.timeout_ms));
-        std::thread::spawn(move || {
-            let mut timed_out = false;
-            let mut nap = Duration::from_millis(1);
-            let status = loop {
-                let r = proc_.child.lock().unwrap().try_wait();
-                match r {
-                    Ok(Some(s)) => break Ok(s),
-                    Ok(None) => {}
-                    Err(e) => break Err(e),
-                }
-                if let Some(d) = deadline
-                    && !timed_out
-                    && Instant::now() >= d
-                {
-                    timed_out = true;
-                    proc_.kill();
-                }
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(10));
-            };
-            // Drain both pipes; a leftover child of the command may hold them open: kill the
-            // group then, and give up on the rest after a bounded wait.
-            let mut drained = 0;
-            let mut grace = Instant::now() + Duration::from_secs(2);
-            let mut group_killed = false;
-            while drained < 2 {
-                let left = grace.saturating_duration_since(Instant::now());
-                match done_rx.recv_timeout(left) {
-                    Ok(()) => drained += 1,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    Err(mpsc::RecvTimeoutError::Timeout) if !group_killed => {
-                        group_killed = true;
-                        kill_group(proc_.pid);
-                        grace = Instant::now() + Duration::from_secs(1);
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) => break,
-                }
-            }
-            procs.lock().unwrap().remove(&id);
-            let status = match status {
-                _ if timed_out => ExitStatus::TimedOut,
-                Ok(s) => match (s.code(), s.signal()) {
-                    (Some(c), _) => ExitStatus::Code(c),
-                    (None, Some(sig)) => ExitStatus::Signal(sig),
-                    _ => ExitStatus::Code(-1),
-                },
-                Err(e) => ExitStatus::SpawnFailed(format!("wait: {e}")),
-            };
-            sink(Reply::Exit { id, status });
-        });
+        cmd.spawn().map_err(|e| format!("{prog}: {e}"))
     }
 
     /// Kills a running command (its whole process group). Unknown ids are ignored.

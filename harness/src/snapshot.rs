@@ -28,14 +28,19 @@
 //!   lab's cable, whose relay accepts it as it accepts a restarted node. Both nodes come up in
 //!   parallel; a node whose restore fails boots cold alone.
 //!
+//! [`boot`] brings up a topology's VMs this way. This module starts each QEMU through vm.rs
+//! (with a [`vm::Launch`]); vm.rs does not use this module.
+//!
 //! `LAB_SNAPSHOT=0` turns this off (the boot is the cold boot of before, without the gate);
 //! `LAB_SNAPSHOT=require` makes a VM that cannot be restored an error instead of a cold boot.
 
-use crate::Node;
 use crate::conn::Conn;
 use crate::initramfs;
 use crate::qmp::{Qmp, json_str};
-use crate::vm::{self, BootPlan, Vm, VmOptions, Wire};
+use crate::vm::{self, BootPlan, Vm, Wire};
+use crate::vm_options::VmOptions;
+use crate::wire::cable::Cable;
+use crate::{Node, Topology};
 use anyhow::{Context as _, Result, bail};
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -51,13 +56,6 @@ const SAVE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Bumped when the layout of the saved state changes (the init script's gate, say).
 const FORMAT: &[u8] = b"rxe-lab snapshot 1";
-
-/// What a VM start adds for the snapshot: the gate port, and the state to load.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    /// `Some`: start with `-incoming exec:cat FILE`.
-    pub incoming: Option<PathBuf>,
-}
 
 /// The `LAB_SNAPSHOT` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,25 +81,6 @@ pub fn how(dir: &Path) -> String {
 
 fn record(dir: &Path, what: &str) {
     let _ = std::fs::write(crate::StateDir::at(dir).boot_kind(), what);
-}
-
-/// QEMU's arguments for a [`Launch`] (the append gets `LAB_GATE=1` in vm.rs).
-pub fn qemu_args(launch: &Launch, gate: &Path) -> Vec<String> {
-    let mut a = vec![
-        "-chardev".to_string(),
-        format!("socket,id=gate,path={},server=on,wait=off", gate.display()),
-        "-device".into(),
-        "virtserialport,chardev=gate,name=lab.gate".into(),
-    ];
-    if let Some(f) = &launch.incoming {
-        a.push("-incoming".into());
-        a.push(format!("exec:cat {}", shell_quote(f)));
-    }
-    a
-}
-
-fn shell_quote(p: &Path) -> String {
-    format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
 }
 
 /// Size and modification time of a file, for a key.
@@ -174,7 +153,7 @@ struct Target<'a> {
 }
 
 impl Target<'_> {
-    fn start(&self, launch: Option<&Launch>) -> Result<Vm> {
+    fn start(&self, launch: Option<&vm::Launch>) -> Result<Vm> {
         vm::start_one_with(
             self.plan,
             self.dir,
@@ -317,7 +296,7 @@ fn boot_target(t: &Target, m: Mode) -> Result<(Vm, Conn, String)> {
 /// Loads `file` into a new VM and lets it go on; every step has a deadline.
 fn restore(t: &Target, file: &Path) -> Result<(Vm, Conn, String)> {
     let deadline = Instant::now() + RESTORE_LIMIT;
-    let launch = Launch {
+    let launch = vm::Launch {
         incoming: Some(file.to_path_buf()),
     };
     let t0 = Instant::now();
@@ -363,7 +342,7 @@ fn restore(t: &Target, file: &Path) -> Result<(Vm, Conn, String)> {
 /// that fails costs a warning, not the lab.
 fn cold_and_save(t: &Target, file: &Path, how: &str) -> Result<(Vm, Conn, String)> {
     let deadline = Instant::now() + t.opts.boot_timeout;
-    let vm = t.start(Some(&Launch { incoming: None }))?;
+    let vm = t.start(Some(&vm::Launch { incoming: None }))?;
     let state = crate::StateDir::at(t.dir);
     let mut gate = connect_sock(&state.gate_sock(t.files()), &vm, deadline)?;
     // Init says so on the console once it reads the gate.
@@ -408,7 +387,7 @@ fn save(qmp_sock: &Path, vm: &Vm, file: &Path) -> Result<()> {
         q.execute("stop", "")?;
         // QEMU 7.2 limits a migration to 128 MiB/s by default.
         q.execute("migrate-set-parameters", "{\"max-bandwidth\":107374182400}")?;
-        let uri = format!("exec:cat > {}", shell_quote(&tmp));
+        let uri = format!("exec:cat > {}", vm::shell_quote(&tmp));
         q.execute("migrate", &format!("{{\"uri\":{}}}", json_str(&uri)))?;
         loop {
             let r = q.execute("query-migrate", "")?;
@@ -573,4 +552,30 @@ fn go_ahead(gate: &mut UnixStream) -> Result<()> {
     gate.write_all(msg.as_bytes())
         .context("sending the go-ahead to the VM")?;
     Ok(())
+}
+
+/// What [`boot`] brings up: each VM with its agent's connection, and the pair's cable.
+pub type Booted = (Vec<(Vm, Conn)>, Option<Cable>);
+
+/// Boots the VMs of a topology in `dir` and connects to their agents: each restored from its
+/// snapshot when it can be, else booted cold (snapshot.rs).
+pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -> Result<Booted> {
+    match topology {
+        Topology::Loopback => Ok((vec![boot_loopback(plan, opts, dir)?], None)),
+        Topology::Pair => {
+            let c = Cable::start(dir)?;
+            let wires = [
+                Wire::of(&c, Node::A, opts.pcap.clone()),
+                Wire::of(&c, Node::B, None),
+            ];
+            let out = boot_pair(plan, opts, dir, wires).with_context(|| {
+                format!(
+                    "booting the pair lab ({}) within {} s (LAB_BOOT_TIMEOUT_SECS)",
+                    plan.accel.name(),
+                    opts.boot_timeout.as_secs()
+                )
+            })?;
+            Ok((out, Some(c)))
+        }
+    }
 }

@@ -15,8 +15,8 @@
 use crate::conn::Conn;
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
-use crate::snapshot;
 use crate::userspace::{self, Userspace};
+use crate::vm_options::{Accel, VmOptions};
 use crate::wire::cable::Cable;
 use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
@@ -51,8 +51,6 @@ pub fn agent_file() -> Result<PathBuf> {
     .clone()
     .map_err(anyhow::Error::msg)
 }
-
-pub use crate::vm_options::*;
 
 /// One running QEMU.
 #[derive(Debug)]
@@ -523,6 +521,33 @@ pub fn append_for(plan: &BootPlan, node: Option<Node>, gate: bool) -> String {
     append
 }
 
+/// What a VM start adds for the snapshot: the gate port, and the state to load.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// `Some`: start with `-incoming exec:cat FILE`.
+    pub incoming: Option<PathBuf>,
+}
+
+/// QEMU's arguments for a [`Launch`] (the append gets `LAB_GATE=1` in vm.rs).
+fn qemu_args(launch: &Launch, gate: &Path) -> Vec<String> {
+    let mut a = vec![
+        "-chardev".to_string(),
+        format!("socket,id=gate,path={},server=on,wait=off", gate.display()),
+        "-device".into(),
+        "virtserialport,chardev=gate,name=lab.gate".into(),
+    ];
+    if let Some(f) = &launch.incoming {
+        a.push("-incoming".into());
+        a.push(format!("exec:cat {}", shell_quote(f)));
+    }
+    a
+}
+
+/// A path as one word of `sh -c` (QEMU runs `exec:` URIs through the shell).
+pub(crate) fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
+}
+
 /// [`start_one`], with what a snapshot's save or restore adds (snapshot.rs).
 pub fn start_one_with(
     plan: &BootPlan,
@@ -531,7 +556,7 @@ pub fn start_one_with(
     smp: u32,
     mem_mb: u32,
     wire: Option<Wire>,
-    snap: Option<&snapshot::Launch>,
+    snap: Option<&Launch>,
 ) -> Result<Vm> {
     // The loopback VM's files are named as node a's.
     let node_files = node.unwrap_or(Node::A);
@@ -597,7 +622,7 @@ pub fn start_one_with(
     .arg("-qmp")
     .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()));
     if let Some(l) = snap {
-        cmd.args(snapshot::qemu_args(l, &gate_sock));
+        cmd.args(qemu_args(l, &gate_sock));
     }
     if let Some(w) = &wire {
         // A stream, not a datagram socket: see wire/cable.rs for why (no loss under load).
@@ -660,32 +685,6 @@ pub fn connect(vm: &Vm, deadline: Instant) -> Result<Conn> {
                 Some(st) => format!("the VM stopped during boot ({st}): {e}"),
                 None => format!("the VM did not become ready: {e}"),
             }))
-        }
-    }
-}
-
-/// What [`boot`] brings up: each VM with its agent's connection, and the pair's cable.
-pub type Booted = (Vec<(Vm, Conn)>, Option<Cable>);
-
-/// Boots the VMs of a topology in `dir` and connects to their agents: each restored from its
-/// snapshot when it can be, else booted cold (snapshot.rs).
-pub fn boot(topology: Topology, opts: &VmOptions, plan: &BootPlan, dir: &Path) -> Result<Booted> {
-    match topology {
-        Topology::Loopback => Ok((vec![snapshot::boot_loopback(plan, opts, dir)?], None)),
-        Topology::Pair => {
-            let c = Cable::start(dir)?;
-            let wires = [
-                Wire::of(&c, Node::A, opts.pcap.clone()),
-                Wire::of(&c, Node::B, None),
-            ];
-            let out = snapshot::boot_pair(plan, opts, dir, wires).with_context(|| {
-                format!(
-                    "booting the pair lab ({}) within {} s (LAB_BOOT_TIMEOUT_SECS)",
-                    plan.accel.name(),
-                    opts.boot_timeout.as_secs()
-                )
-            })?;
-            Ok((out, Some(c)))
         }
     }
 }

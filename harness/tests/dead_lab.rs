@@ -5,7 +5,7 @@
 use harness::Topology;
 use harness::testbed::Testbed;
 use harness::testing::{Role, run_roles_in};
-use harness::vm::VmOptions;
+use harness::vm_options::VmOptions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

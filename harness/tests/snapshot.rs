@@ -15,7 +15,8 @@
 //! Each test boots VMs: they take one lock so that they run one after the other.
 
 use harness::testbed::Testbed;
-use harness::vm::{self, BootPlan, VmOptions};
+use harness::vm::{self, BootPlan};
+use harness::vm_options::VmOptions;
 use harness::{Topology, snapshot};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -44,7 +45,7 @@ fn file_of(plan: &BootPlan) -> PathBuf {
 fn boot_with(plan: &BootPlan) -> (String, String, Duration) {
     let dir = vm::new_state_dir("snapshot-test").expect("state dir");
     let t0 = Instant::now();
-    let (vms, _) = vm::boot(Topology::Loopback, &opts(), plan, &dir)
+    let (vms, _) = snapshot::boot(Topology::Loopback, &opts(), plan, &dir)
         .unwrap_or_else(|e| panic!("booting the loopback lab: {e:#}"));
     let took = t0.elapsed();
     let how = snapshot::how(&dir);
@@ -238,7 +239,7 @@ fn a_second_pair_is_restored_each_node_from_its_own_file() {
     // The first makes sure both files exist; the second, in a state dir of its own, is restored.
     for round in 0..2 {
         let dir = vm::new_state_dir("snapshot-pair-test").expect("state dir");
-        let (vms, cable) = vm::boot(Topology::Pair, &o, &plan, &dir)
+        let (vms, cable) = snapshot::boot(Topology::Pair, &o, &plan, &dir)
             .unwrap_or_else(|e| panic!("booting the pair lab: {e:#}"));
         assert!(cable.is_some(), "a pair without its cable");
         for (i, n) in [harness::Node::A, harness::Node::B].into_iter().enumerate() {

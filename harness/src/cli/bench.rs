@@ -3,7 +3,7 @@
 use crate::conn::Cmd;
 use crate::proto::ExitStatus;
 use crate::testbed::Testbed;
-use crate::vm::VmOptions;
+use crate::vm_options::VmOptions;
 use crate::{Node, vm};
 use anyhow::{Result, bail};
 

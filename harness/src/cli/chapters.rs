@@ -23,7 +23,7 @@ pub(super) fn list() -> Result<i32> {
             "{:<3} {:<24} {:<9} {}{}",
             ch.number,
             ch.package,
-            ch.topology,
+            ch.topology.name(),
             ch.title,
             if here { "" } else { "  (not written yet)" }
         );
@@ -274,7 +274,7 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
         print!("{}{ladder}", t.text());
         return Ok(if t.success() { 0 } else { 1 });
     }
-    let lab = get_lab(ch.topology()?)?;
+    let lab = get_lab(ch.topology)?;
     println!("── {} {} ({})", ch.number, ch.title, ch.topology);
     let t = run_built(&lab, ch, exe, &extra)?;
     Ok(if t.success() { 0 } else { 1 })
@@ -319,7 +319,7 @@ pub(super) fn tour() -> Result<i32> {
             rows.push((ch, "missing".to_string(), Duration::ZERO));
             continue;
         }
-        let t = ch.topology()?;
+        let t = ch.topology;
         if !labs.iter().any(|(lt, _)| *lt == t) {
             labs.push((t, get_lab(t)?));
         }
@@ -360,7 +360,7 @@ pub(super) fn tour() -> Result<i32> {
             "{:<3} {:<24} {:<9} {:>6.1}s  {}",
             ch.number,
             ch.package,
-            ch.topology,
+            ch.topology.name(),
             d.as_secs_f64(),
             v
         );

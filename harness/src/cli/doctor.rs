@@ -100,11 +100,36 @@ pub(super) fn libclang_versions() -> Vec<u32> {
 }
 
 pub(super) fn checks() -> Vec<Check> {
-    let mut c = vec![];
     let native = testbed::native_available() || testbed::native_loadable();
     let forced = std::env::var("LAB_PROVIDER").unwrap_or_default();
     let want_vm = forced == "vm" || (!native && forced != "native");
-    c.push(Check::info(
+    let mut c = vec![provider_check(want_vm)];
+    if want_vm {
+        c.extend(vm_checks());
+    }
+    c.extend(library_checks());
+    c.extend(build_checks());
+    if !want_vm {
+        c.push(memlock_check());
+        c.push(gid_mtu_check());
+        c.extend(native_device_checks());
+    } else {
+        c.push(Check::info(
+            "GID and MTU",
+            "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active \
+             MTU 1024"
+                .into(),
+        ));
+    }
+    c.extend(book_checks());
+    c.extend(repo_tool_checks());
+    c.extend(userspace_checks());
+    c
+}
+
+/// Which provider the chapters run on (`want_vm`: the microVM).
+fn provider_check(want_vm: bool) -> Check {
+    Check::info(
         "provider",
         if want_vm {
             "vm (no RDMA device on this host: chapters run in a QEMU microVM)".into()
@@ -116,69 +141,83 @@ pub(super) fn checks() -> Vec<Check> {
                     .into()
             }
         },
-    ));
-    if want_vm {
-        match crate::kernel::find_kernel() {
-            Ok(k) => c.push(Check::required(
-                "kernel with rdma_rxe",
-                true,
-                format!("{} ({})", k.version, k.image.display()),
-                "",
-            )),
-            Err(_) => c.push(Check::required(
-                "kernel with rdma_rxe",
-                false,
-                "no /boot/vmlinuz-<ver> with /lib/modules/<ver>/.../rdma_rxe.ko*".into(),
-                "cargo lab setup   (installs linux-image-amd64; Ubuntu: linux-image-generic, \
-                 which pulls in the modules-extra package that has rdma_rxe)",
-            )),
-        }
-        let q = vm::which("qemu-system-x86_64");
-        c.push(Check::required(
-            "qemu",
-            q.is_some(),
-            q.map(|p| p.display().to_string())
-                .unwrap_or("not found".into()),
-            "cargo lab setup   (installs qemu-system-x86)",
-        ));
-        let bb = crate::initramfs::find_busybox();
-        c.push(Check::required(
-            "static busybox",
-            bb.is_ok(),
-            bb.map(|p| p.display().to_string())
-                .unwrap_or_else(|_| "not found".into()),
-            "cargo lab setup   (installs busybox-static)",
-        ));
-        let sp = vm::which("setpriv");
-        c.push(Check::optional(
-            "setpriv (QEMU dies with its owner)",
-            sp.is_some(),
-            sp.map(|p| p.display().to_string())
-                .unwrap_or("not found".into()),
-            "apt-get install util-linux",
-        ));
-        let kvm = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/kvm")
-            .is_ok();
-        let kvm_demanded = std::env::var("LAB_ACCEL").as_deref() == Ok("kvm");
-        c.push(Check::new(
-            if kvm_demanded {
-                "/dev/kvm (LAB_ACCEL=kvm: no TCG fallback)"
-            } else {
-                "/dev/kvm"
-            },
-            kvm,
-            kvm_demanded,
-            if kvm {
-                "opens; the first boot probes whether KVM guests really run (else TCG)".into()
-            } else {
-                "not usable: VMs run under TCG (slower, works)".into()
-            },
-            "add yourself to the kvm group (sudo usermod -aG kvm $USER) if the host has KVM",
-        ));
+    )
+}
+
+/// What the microVM provider needs: a kernel with rdma_rxe, QEMU, busybox, setpriv, KVM.
+fn vm_checks() -> Vec<Check> {
+    let mut c = vec![];
+    match crate::kernel::find_kernel() {
+        Ok(k) => c.push(Check::required(
+            "kernel with rdma_rxe",
+            true,
+            format!("{} ({})", k.version, k.image.display()),
+            "",
+        )),
+        Err(_) => c.push(Check::required(
+            "kernel with rdma_rxe",
+            false,
+            "no /boot/vmlinuz-<ver> with /lib/modules/<ver>/.../rdma_rxe.ko*".into(),
+            "cargo lab setup   (installs linux-image-amd64; Ubuntu: linux-image-generic, \
+             which pulls in the modules-extra package that has rdma_rxe)",
+        )),
     }
+    let q = vm::which("qemu-system-x86_64");
+    c.push(Check::required(
+        "qemu",
+        q.is_some(),
+        q.map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "cargo lab setup   (installs qemu-system-x86)",
+    ));
+    let bb = crate::initramfs::find_busybox();
+    c.push(Check::required(
+        "static busybox",
+        bb.is_ok(),
+        bb.map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "not found".into()),
+        "cargo lab setup   (installs busybox-static)",
+    ));
+    let sp = vm::which("setpriv");
+    c.push(Check::optional(
+        "setpriv (QEMU dies with its owner)",
+        sp.is_some(),
+        sp.map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "apt-get install util-linux",
+    ));
+    c.push(kvm_check());
+    c
+}
+
+/// Whether /dev/kvm opens (else TCG), and whether LAB_ACCEL=kvm makes it required.
+fn kvm_check() -> Check {
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    let kvm_demanded = std::env::var("LAB_ACCEL").as_deref() == Ok("kvm");
+    Check::new(
+        if kvm_demanded {
+            "/dev/kvm (LAB_ACCEL=kvm: no TCG fallback)"
+        } else {
+            "/dev/kvm"
+        },
+        kvm,
+        kvm_demanded,
+        if kvm {
+            "opens; the first boot probes whether KVM guests really run (else TCG)".into()
+        } else {
+            "not usable: VMs run under TCG (slower, works)".into()
+        },
+        "add yourself to the kvm group (sudo usermod -aG kvm $USER) if the host has KVM",
+    )
+}
+
+/// The userspace verbs libraries: libibverbs, its rxe provider, the ibverbs utilities.
+fn library_checks() -> Vec<Check> {
+    let mut c = vec![];
     let verbs = find_files(&[
         ("/usr/lib", "libibverbs.so", ""),
         ("/usr/lib64", "libibverbs.so", ""),
@@ -215,6 +254,12 @@ pub(super) fn checks() -> Vec<Check> {
         },
         "cargo lab setup   (installs ibverbs-utils)",
     ));
+    c
+}
+
+/// What building rdma-sys needs: pkg-config finding libibverbs, and libclang for bindgen.
+fn build_checks() -> Vec<Check> {
+    let mut c = vec![];
     let pc = Command::new("pkg-config")
         .args(["--exists", "libibverbs"])
         .status()
@@ -256,119 +301,128 @@ pub(super) fn checks() -> Vec<Check> {
             "cargo lab setup   (installs libclang-dev)"
         },
     ));
-    if !want_vm {
-        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-        let memlock = limits
-            .lines()
-            .find(|l| l.starts_with("Max locked memory"))
-            .map(|l| l.split_whitespace().nth(3).unwrap_or("?").to_string())
-            .unwrap_or_default();
-        let root = std::fs::read_to_string("/proc/self/status")
-            .map(|s| {
-                s.lines()
-                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-            })
-            .unwrap_or(false);
-        let ok = root
-            || memlock == "unlimited"
-            || memlock
-                .parse::<u64>()
-                .map(|v| v >= 64 << 20)
-                .unwrap_or(false);
-        c.push(Check::optional(
-            "memlock limit",
-            ok,
-            format!(
-                "{memlock} bytes{}",
-                if root { " (root: not limited)" } else { "" }
-            ),
-            "raise it: `ulimit -l unlimited` or /etc/security/limits.conf (memlock)",
-        ));
-        let mut gids = String::new();
-        if let Ok(rd) = std::fs::read_dir("/sys/class/infiniband") {
-            for e in rd.flatten() {
-                let p = e.path().join("ports/1");
-                let mtu = std::fs::read_to_string(p.join("active_mtu")).unwrap_or_default();
-                let mut v4 = String::from("none");
-                for i in 0..16 {
-                    let g =
-                        std::fs::read_to_string(p.join(format!("gids/{i}"))).unwrap_or_default();
-                    if g.starts_with("0000:0000:0000:0000:0000:ffff:") {
-                        v4 = format!("index {i}");
-                        break;
-                    }
-                }
-                gids.push_str(&format!(
-                    "{}: RoCE v2 IPv4 GID at {v4}, active MTU {} ",
-                    e.file_name().to_string_lossy(),
-                    mtu.trim()
-                ));
-            }
-        }
-        c.push(Check::optional(
-            "GID and MTU",
-            !gids.is_empty(),
-            gids,
-            "bash scripts/setup.sh --native",
-        ));
-        // The snapshots show the device table, GUID and GIDs of the lab's pinned network:
-        // natively that is rxe0 on veth0 (52:54:00:00:00:01, 10.99.0.1), alone or picked by
-        // LAB_DEVICE.
-        let devs: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let netdev = std::fs::read_to_string(format!(
-            "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/1",
-            testbed::NATIVE_DEVICE
-        ))
+    c
+}
+
+/// The native provider's locked-memory limit (memory regions pin pages).
+fn memlock_check() -> Check {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let memlock = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .map(|l| l.split_whitespace().nth(3).unwrap_or("?").to_string())
         .unwrap_or_default();
-        let pinned = netdev.trim() == testbed::NATIVE_NETDEV;
-        c.push(Check::optional(
-            "native device on the lab's pinned network",
-            devs.is_empty() || pinned,
-            if devs.is_empty() {
-                "none yet: created as rxe0 on veth0 when a run needs it (as root)".into()
-            } else if pinned {
-                format!("{} on {}", testbed::NATIVE_DEVICE, testbed::NATIVE_NETDEV)
-            } else {
-                format!(
-                    "devices {devs:?}, none is {} on {}: GUIDs, GIDs and the device table differ \
-                     from the snapshots",
-                    testbed::NATIVE_DEVICE,
-                    testbed::NATIVE_NETDEV
-                )
-            },
-            &testbed::native_setup_command(),
-        ));
-        let device = std::env::var("LAB_DEVICE").unwrap_or_default();
-        c.push(Check::optional(
-            "one RDMA device, or LAB_DEVICE",
-            devs.len() <= 1 || devs.contains(&device),
-            format!(
-                "devices {devs:?}; LAB_DEVICE={}",
-                if device.is_empty() {
-                    "(unset)"
-                } else {
-                    &device
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    let ok = root
+        || memlock == "unlimited"
+        || memlock
+            .parse::<u64>()
+            .map(|v| v >= 64 << 20)
+            .unwrap_or(false);
+    Check::optional(
+        "memlock limit",
+        ok,
+        format!(
+            "{memlock} bytes{}",
+            if root { " (root: not limited)" } else { "" }
+        ),
+        "raise it: `ulimit -l unlimited` or /etc/security/limits.conf (memlock)",
+    )
+}
+
+/// Each RDMA device's RoCE v2 IPv4 GID index and active MTU.
+fn gid_mtu_check() -> Check {
+    let mut gids = String::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/class/infiniband") {
+        for e in rd.flatten() {
+            let p = e.path().join("ports/1");
+            let mtu = std::fs::read_to_string(p.join("active_mtu")).unwrap_or_default();
+            let mut v4 = String::from("none");
+            for i in 0..16 {
+                let g = std::fs::read_to_string(p.join(format!("gids/{i}"))).unwrap_or_default();
+                if g.starts_with("0000:0000:0000:0000:0000:ffff:") {
+                    v4 = format!("index {i}");
+                    break;
                 }
-            ),
-            "export LAB_DEVICE=rxe0 (chapters open the first device otherwise; chapter 01's \
-             snapshot lists one device: unload the others' drivers, e.g. `sudo modprobe -r \
-             mana_ib mlx5_ib`)",
-        ));
-    } else {
-        c.push(Check::info(
-            "GID and MTU",
-            "in the lab VM: rxe0 GID index 1 = ::ffff:10.99.0.1 (pair: 10.77.0.1/.2), active \
-             MTU 1024"
-                .into(),
-        ));
+            }
+            gids.push_str(&format!(
+                "{}: RoCE v2 IPv4 GID at {v4}, active MTU {} ",
+                e.file_name().to_string_lossy(),
+                mtu.trim()
+            ));
+        }
     }
-    // What `cargo lab book` and the book's tests need.
+    Check::optional(
+        "GID and MTU",
+        !gids.is_empty(),
+        gids,
+        "bash scripts/setup.sh --native",
+    )
+}
+
+/// Is the native device the lab's pinned one (rxe0 on veth0), and is it the only one?
+fn native_device_checks() -> Vec<Check> {
+    let mut c = vec![];
+    // The snapshots show the device table, GUID and GIDs of the lab's pinned network:
+    // natively that is rxe0 on veth0 (52:54:00:00:00:01, 10.99.0.1), alone or picked by
+    // LAB_DEVICE.
+    let devs: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let netdev = std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/1",
+        testbed::NATIVE_DEVICE
+    ))
+    .unwrap_or_default();
+    let pinned = netdev.trim() == testbed::NATIVE_NETDEV;
+    c.push(Check::optional(
+        "native device on the lab's pinned network",
+        devs.is_empty() || pinned,
+        if devs.is_empty() {
+            "none yet: created as rxe0 on veth0 when a run needs it (as root)".into()
+        } else if pinned {
+            format!("{} on {}", testbed::NATIVE_DEVICE, testbed::NATIVE_NETDEV)
+        } else {
+            format!(
+                "devices {devs:?}, none is {} on {}: GUIDs, GIDs and the device table differ \
+                 from the snapshots",
+                testbed::NATIVE_DEVICE,
+                testbed::NATIVE_NETDEV
+            )
+        },
+        &testbed::native_setup_command(),
+    ));
+    let device = std::env::var("LAB_DEVICE").unwrap_or_default();
+    c.push(Check::optional(
+        "one RDMA device, or LAB_DEVICE",
+        devs.len() <= 1 || devs.contains(&device),
+        format!(
+            "devices {devs:?}; LAB_DEVICE={}",
+            if device.is_empty() {
+                "(unset)"
+            } else {
+                &device
+            }
+        ),
+        "export LAB_DEVICE=rxe0 (chapters open the first device otherwise; chapter 01's \
+         snapshot lists one device: unload the others' drivers, e.g. `sudo modprobe -r \
+         mana_ib mlx5_ib`)",
+    ));
+    c
+}
+
+/// What `cargo lab book` and the book's tests need.
+fn book_checks() -> Vec<Check> {
+    let mut c = vec![];
     let dot = vm::which("dot");
     c.push(Check::optional(
         "graphviz (cargo lab book: the diagrams)",
@@ -395,7 +449,12 @@ pub(super) fn checks() -> Vec<Check> {
             .unwrap_or_else(|| "none of chromium, chromium-browser, google-chrome".into()),
         "bash scripts/setup.sh --dev   (Debian: apt-get install chromium; Ubuntu: sudo snap install chromium)",
     ));
-    // What `cargo lab test`'s repository checks run (harness/tests/repo_checks.rs).
+    c
+}
+
+/// What `cargo lab test`'s repository checks run (harness/tests/repo_checks.rs).
+fn repo_tool_checks() -> Vec<Check> {
+    let mut c = vec![];
     for (tool, fix) in [
         (
             "actionlint",
@@ -421,7 +480,6 @@ pub(super) fn checks() -> Vec<Check> {
             fix,
         ));
     }
-    c.extend(userspace_checks());
     c
 }
 

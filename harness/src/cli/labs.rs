@@ -3,7 +3,7 @@
 use super::interrupted;
 use crate::course::workspace_root;
 use crate::testbed::{Provider, Testbed};
-use crate::vm::VmOptions;
+use crate::vm_options::{self, VmOptions};
 use crate::{Node, StateDir, Topology, testbed, vm};
 use anyhow::{Context as _, Result, bail};
 use std::os::unix::net::UnixStream;
@@ -58,10 +58,11 @@ pub(super) fn up_in(t: Topology, dir: &Path, verbose: bool, cpus: Option<u32>) -
     // Asked for by `--cpus` or LAB_PAIR_SMP (checked here, before anything boots).
     let cpus = match cpus {
         Some(n) => Some(n),
-        None => match std::env::var(vm::PAIR_SMP_VAR) {
-            Ok(v) => {
-                Some(vm::parse_pair_smp(&v).with_context(|| format!("{}={v}", vm::PAIR_SMP_VAR))?)
-            }
+        None => match std::env::var(vm_options::PAIR_SMP_VAR) {
+            Ok(v) => Some(
+                vm_options::parse_pair_smp(&v)
+                    .with_context(|| format!("{}={v}", vm_options::PAIR_SMP_VAR))?,
+            ),
             Err(_) => None,
         },
     };
@@ -123,7 +124,7 @@ pub(super) fn start_daemon(
         cmd.env(k, v);
     }
     if let Some(n) = cpus {
-        cmd.env(vm::PAIR_SMP_VAR, n.to_string());
+        cmd.env(vm_options::PAIR_SMP_VAR, n.to_string());
     }
     let child = cmd
         .args(["__daemon", "--topology", t.name(), "--dir"])

@@ -315,7 +315,7 @@ pub fn main() -> i32 {
 
 /// `--cpus N`: clap shows the error, with what is accepted.
 fn parse_cpus(s: &str) -> std::result::Result<u32, String> {
-    crate::vm::parse_pair_smp(s).map_err(|e| format!("{e:#}"))
+    crate::vm_options::parse_pair_smp(s).map_err(|e| format!("{e:#}"))
 }
 
 fn dispatch(cmd: Sub) -> Result<i32> {

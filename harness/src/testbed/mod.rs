@@ -11,13 +11,12 @@
 //! attached lab.
 
 use crate::conn::{Cmd, Conn, Event, Output};
-use crate::proto::{self, Reply, Request};
-use crate::vm::{self, Vm, VmOptions};
+use crate::proto;
+use crate::vm_options::{Accel, VmOptions};
 use crate::{Node, StateDir, Topology};
+use crate::{snapshot, vm};
 use anyhow::{Context as _, Result, bail};
 use contracts::HostRequest;
-use std::collections::HashMap;
-use std::io::Write as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -26,7 +25,11 @@ use std::time::{Duration, Instant};
 mod native;
 mod owner;
 mod relay;
-pub use native::*;
+pub use native::{
+    NATIVE_DEVICE, NATIVE_NETDEV, ensure_native_device, is_soft_device, native_available,
+    native_device, native_loadable, native_setup_command, raise_memlock, rdma_devices,
+    soft_devices,
+};
 use owner::Owner;
 pub use owner::generation;
 pub use relay::lost_in_relay;
@@ -307,7 +310,7 @@ impl Testbed {
                 }
             }
         };
-        let booted = match vm::boot(topology, opts, &plan, &dir) {
+        let booted = match snapshot::boot(topology, opts, &plan, &dir) {
             Ok(b) => b,
             Err(first) => {
                 save_logs();
@@ -317,7 +320,7 @@ impl Testbed {
                     first.to_string().lines().next().unwrap_or(""),
                     keep.display()
                 );
-                match vm::boot(topology, opts, &plan, &dir) {
+                match snapshot::boot(topology, opts, &plan, &dir) {
                     Ok(b) => b,
                     Err(e) => {
                         save_logs();
@@ -333,7 +336,7 @@ impl Testbed {
             }
         };
         let (booted, cable) = booted;
-        let how = crate::snapshot::how(&dir);
+        let how = snapshot::how(&dir);
         let mut nodes = vec![];
         let mut vms = vec![];
         for (v, c) in booted {
@@ -484,13 +487,13 @@ impl Testbed {
         let mut opts = VmOptions::from_env()?;
         let plan = vm::plan(Topology::Pair, &opts)
             .with_context(|| format!("booting a microVM pair for a wire; {instead}"))?;
-        if plan.accel != vm::Accel::Kvm {
+        if plan.accel != Accel::Kvm {
             bail!(
                 "this case needs two nodes on a wire, and KVM does not run guests here (the probe \
                  fell back to TCG); {instead}"
             );
         }
-        opts.accel = Some(vm::Accel::Kvm);
+        opts.accel = Some(Accel::Kvm);
         Testbed::boot(Topology::Pair, &opts)
     }
 

@@ -1,7 +1,10 @@
 //! The native provider's device: is there one, can rdma_rxe be loaded here, and bringing up
 //! `rxe0` on the lab's pinned loopback network when the harness may.
 
-use super::*;
+use crate::vm;
+use anyhow::{Context as _, Result, bail};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The RDMA devices of this host (`/sys/class/infiniband`), sorted.
 pub fn rdma_devices() -> Vec<String> {

@@ -7,12 +7,20 @@
 //!
 //! Other processes see a node killed on purpose through a marker file in the state dir
 //! ([`StateDir::killed`](crate::StateDir::killed)), and count its restarts in another ([`generation`]): the relay answers
-//! heartbeats for it, [`Testbed::check`] does not call the lab dead, and the role scheduler
+//! heartbeats for it, [`Testbed::check`](super::Testbed::check) does not call the lab dead, and the role scheduler
 //! starts the node's role again once it is back.
 
-use super::*;
+use crate::conn::Conn;
+use crate::vm::{self, Vm};
+use crate::vm_options::VmOptions;
 use crate::wire::cable::Cable;
+use crate::{Node, Topology};
 use crate::{StateDir, qmp};
+use anyhow::{Context as _, Result};
+use contracts::HostRequest;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A booted lab's VMs and what it takes to start one again.
 pub(super) struct Owner {

@@ -1,7 +1,10 @@
 //! Cross-process use of one lab: a mutex within this process and an exclusive `flock` on the
 //! daemon's `<state dir>/run.lock` across processes, with its holder written in it.
 
-use super::*;
+use super::run_timeout;
+use crate::testbed::Testbed;
+use std::sync::{Mutex, MutexGuard, mpsc};
+use std::time::{Duration, Instant};
 
 pub(super) static LAB_LOCK: Mutex<()> = Mutex::new(());
 

@@ -24,8 +24,7 @@ use crate::proto::ExitStatus;
 pub use crate::redact::redact;
 use crate::testbed::{Provider, Testbed};
 use crate::{Node, Topology};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod lock;
@@ -364,7 +363,7 @@ pub fn chapter_roles(
     let ch = course
         .find(package)
         .ok_or_else(|| anyhow::anyhow!("chapter {package} is not in chapters/course.toml"))?;
-    let t = ch.topology()?;
+    let t = ch.topology;
     if t != lab.topology {
         anyhow::bail!(
             "chapter {package} needs the {} topology, got a {} lab",
@@ -383,7 +382,7 @@ pub fn run_chapter(package: &str, exe: &str, args: &[&str]) -> Transcript {
     let ch = course
         .find(package)
         .unwrap_or_else(|| panic!("chapter {package} is not in chapters/course.toml"));
-    let topology = ch.topology().unwrap_or_else(|e| panic!("{e}"));
+    let topology = ch.topology;
     let lab = lab(topology);
     let roles = chapter_roles(&lab, package, exe, args).unwrap_or_else(|e| panic!("{e}"));
     let _g = lock(&lab);

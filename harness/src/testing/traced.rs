@@ -2,8 +2,13 @@
 //! between the two nodes, redacted together (one numbering: the `PSN [PSN#2]` a chapter
 //! prints is the `psn=[PSN#2]` of its first packet).
 
-use super::*;
+use super::{Role, Transcript, lab, lock, run_roles_in, run_timeout};
+use crate::Topology;
+use crate::course::Course;
+use crate::redact::redact;
+use crate::testbed::Testbed;
 use crate::wire::{self, Capture, Packet};
+use std::sync::{Arc, Mutex};
 
 /// A run and its wire.
 #[derive(Debug, Clone)]
@@ -77,7 +82,7 @@ pub fn run_chapter_traced(package: &str, exe: &str, args: &[&str]) -> Traced {
     run_roles_traced_in(&lab, &roles)
 }
 
-/// [`run_roles`] on the pair with the wire recorded.
+/// [`run_roles`](super::run_roles) on the pair with the wire recorded.
 pub fn run_roles_traced(roles: Vec<Role>) -> Traced {
     let lab = wire_lab();
     run_roles_traced_in(&lab, &roles)

@@ -1,8 +1,16 @@
 //! What `ibv_query_device(3)` and `ibv_query_port(3)` report: the device's limits and
 //! capabilities, the port's state, link layer and MTUs.
 
-use super::*;
+use std::ffi::CStr;
+use std::fmt;
+
+use rdma_sys::*;
+
 use crate::flags::c_enum;
+
+/// `IBV_LINK_LAYER_*` are an anonymous enum in verbs.h that rdma-sys does not export.
+const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
+const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 /// The capabilities that matter, from `struct ibv_device_attr` (`ibv_query_device(3)`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Asynchronous events (`ibv_get_async_event(3)`): what happened, and to which object.
 
-use super::*;
+use std::fmt;
+
 use crate::flags::c_enum;
 
 c_enum! {

@@ -1,7 +1,11 @@
 //! GIDs (`union ibv_gid`), their types (RoCE v1, RoCE v2, IB) and the GID table's entries
 //! (`struct ibv_gid_entry`).
 
-use super::*;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use rdma_sys::*;
+
 use crate::flags::c_enum;
 
 /// A 128-bit GID (`union ibv_gid`), in network byte order. On RoCE it is an IPv6 address, so

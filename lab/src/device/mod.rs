@@ -9,7 +9,6 @@
 
 use std::ffi::CStr;
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -41,10 +40,6 @@ unsafe extern "C" {
         entry_size: usize,
     ) -> c_int;
 }
-
-/// `IBV_LINK_LAYER_*` are an anonymous enum in verbs.h that rdma-sys does not export.
-const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
-const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 /// One RDMA device as listed by `ibv_get_device_list(3)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,6 +523,7 @@ pub(crate) fn poll_readable(fd: c_int, timeout: Duration) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn gid_prints_like_ipv6() {

@@ -3,7 +3,18 @@
 //! ([`QpInitAttr`], [`QpCap`]), the per-transition bundles ([`InitAttr`], [`RtrAttr`],
 //! [`RtsAttr`]) and what `ibv_query_qp` reports ([`QpInfo`]).
 
-use super::*;
+use std::fmt;
+
+use rdma_sys::*;
+
+use super::state_machine::{QpAttrMask, QpState, QpType};
+use super::{
+    DEFAULT_HOP_LIMIT, DEFAULT_MIN_RNR_TIMER, DEFAULT_RETRY_CNT, DEFAULT_RNR_RETRY, DEFAULT_TIMEOUT,
+};
+use crate::cq::CompletionQueue;
+use crate::device::{Gid, Mtu};
+use crate::mr::AccessFlags;
+use crate::srq::SharedReceiveQueue;
 
 /// The address vector of an RC QP on RoCE (`struct ibv_ah_attr` with its GRH): where the peer
 /// is. RoCE has no LIDs, so the GRH (`is_global = 1`) with the peer's GID is mandatory.
@@ -275,7 +286,7 @@ impl<'a> QpInitAttr<'a> {
     }
 }
 
-/// INIT attributes for [`QueuePair::to_init`].
+/// INIT attributes for [`QueuePair::to_init`](super::QueuePair::to_init).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitAttr {
     pub port: u8,
@@ -294,21 +305,23 @@ impl Default for InitAttr {
     }
 }
 
-/// RTR attributes for [`QueuePair::to_rtr`]: the peer's QPN, PSN and GID, plus defaults that
-/// do not hang on rxe.
+/// RTR attributes for [`QueuePair::to_rtr`](super::QueuePair::to_rtr): the peer's QPN, PSN
+/// and GID, plus defaults that do not hang on rxe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtrAttr {
     pub dest_qp_num: u32,
     /// The peer's first PSN (its `sq_psn`).
     pub rq_psn: u32,
     pub dgid: Gid,
-    /// Our GID index; `None` = chosen by content ([`Context::roce_v2_ipv4_gid`]).
+    /// Our GID index; `None` = chosen by content
+    /// ([`Context::roce_v2_ipv4_gid`](crate::device::Context::roce_v2_ipv4_gid)).
     pub sgid_index: Option<u8>,
     /// Path MTU; `None` = the port's active MTU. A larger value is clamped to the active MTU
     /// unless `allow_mtu_above_active` (chapter 08 shows why: a silent hang between nodes).
     pub path_mtu: Option<Mtu>,
     pub allow_mtu_above_active: bool,
-    /// Default [`DEFAULT_RD_ATOMIC`], clamped to the device's `max_qp_rd_atom`.
+    /// Default [`DEFAULT_RD_ATOMIC`](super::DEFAULT_RD_ATOMIC), clamped to the device's
+    /// `max_qp_rd_atom`.
     pub max_dest_rd_atomic: Option<u8>,
     pub min_rnr_timer: u8,
     pub hop_limit: u8,
@@ -342,7 +355,8 @@ impl RtrAttr {
         self.sl = sl;
         self
     }
-    /// Send from this GID table entry (e.g. [`Context::roce_v2_ipv4_gid`]'s).
+    /// Send from this GID table entry (e.g.
+    /// [`Context::roce_v2_ipv4_gid`](crate::device::Context::roce_v2_ipv4_gid)'s).
     pub fn sgid(mut self, entry: &crate::device::GidEntry) -> Self {
         self.sgid_index = Some(entry.index as u8);
         self
@@ -376,14 +390,16 @@ impl RtrAttr {
     }
 }
 
-/// RTS attributes for [`QueuePair::to_rts`]: our PSN and finite retry defaults.
+/// RTS attributes for [`QueuePair::to_rts`](super::QueuePair::to_rts): our PSN and finite
+/// retry defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsAttr {
     pub sq_psn: u32,
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
-    /// Default [`DEFAULT_RD_ATOMIC`], clamped to the device's `max_qp_init_rd_atom`.
+    /// Default [`DEFAULT_RD_ATOMIC`](super::DEFAULT_RD_ATOMIC), clamped to the device's
+    /// `max_qp_init_rd_atom`.
     pub max_rd_atomic: Option<u8>,
 }
 

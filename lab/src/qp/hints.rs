@@ -2,7 +2,14 @@
 //! as the `hint:` line of `lab`'s error: the transition table names a missing attribute, the
 //! queue sizes explain an ENOMEM, the QP's state explains a post that is refused.
 
-use super::*;
+use rdma_sys::*;
+
+use super::state_machine::{QpAttrMask, QpState, check_transition_for};
+use super::{QpAttr, QpInner, QpTypeState, QueuePair};
+use crate::device::{Gid, GidType, Mtu};
+use crate::error::{Errno, Hint};
+use crate::mr::AccessFlags;
+use crate::wr::{RecvWr, SendFlags, SendWr, WrOpcode};
 
 impl<S: QpTypeState> QueuePair<S> {
     pub(super) fn modify_hint(

@@ -33,13 +33,13 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use crate::cq::{CompletionQueue, CqInner};
-use crate::device::{Context, Gid, GidType, Mtu};
-use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::cq::CqInner;
+use crate::device::{Context, Gid, Mtu};
+use crate::error::{Error, Hint, Result, ptr, rc, report_drop_failure};
 use crate::mr::AccessFlags;
 use crate::pd::{PdInner, ProtectionDomain};
-use crate::srq::{SharedReceiveQueue, SrqInner};
-use crate::wr::{RecvWr, SendFlags, SendWr, WrOpcode};
+use crate::srq::SrqInner;
+use crate::wr::{RecvWr, SendWr};
 
 /// Default `timeout` (4.096 us * 2^14 = 67 ms per try).
 pub const DEFAULT_TIMEOUT: u8 = 14;

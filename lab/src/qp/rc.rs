@@ -1,7 +1,12 @@
 //! The typed transitions of a reliable-connected (RC) queue pair: RESET -> INIT -> RTR -> RTS,
 //! each consuming the QP and returning it in the next state, and `bring_up` for all three.
 
-use super::*;
+use super::state_machine::QpState;
+use super::{
+    AddressVector, DEFAULT_RD_ATOMIC, InitAttr, QpAttr, QueuePair, RtrAttr, RtsAttr,
+    TransitionError, state,
+};
+use crate::error::Result;
 
 impl QueuePair<state::Reset> {
     /// RESET -> INIT (`ibv_modify_qp(3)` with `IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |

@@ -1,7 +1,9 @@
 //! The typed transitions of an unreliable-datagram (UD) queue pair: no peer, a `qkey` at INIT,
 //! nothing at RTR but the state, the send PSN at RTS.
 
-use super::*;
+use super::state_machine::QpState;
+use super::{QpAttr, QueuePair, TransitionError, state};
+use crate::error::Result;
 
 impl QueuePair<state::Reset> {
     /// UD: RESET -> INIT (`ibv_modify_qp(3)` with `IBV_QP_STATE | IBV_QP_PKEY_INDEX |
