@@ -2,10 +2,12 @@
 //! says so, not at `LAB_TIMEOUT_SECS` (the reported hang: a test stuck for 20+ minutes after the
 //! shared lab was stopped and restarted under it). Each test uses a private lab.
 
-use harness::Topology;
+use harness::conn::Cmd;
+use harness::proto::ExitStatus;
 use harness::testbed::Testbed;
 use harness::testing::{Role, run_roles_in};
 use harness::vm_options::VmOptions;
+use harness::{Node, Topology};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,8 +15,18 @@ use std::time::{Duration, Instant};
 /// Long enough that only the lab's death can end the run early.
 const LIMIT: Duration = Duration::from_secs(600);
 
+/// The sleeper's `sleep` argument: a number nothing else in the lab sleeps for, so that
+/// `pgrep` finds this process and no other.
+const NAP: &str = "1000.25";
+
 fn sleeper() -> Vec<Role> {
-    vec![Role::new("sleeper", ["sh", "-c", "echo started; exec sleep 1000"]).ready("started")]
+    vec![
+        Role::new(
+            "sleeper",
+            ["sh", "-c", &format!("echo started; exec sleep {NAP}")],
+        )
+        .ready("started"),
+    ]
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -23,22 +35,51 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// Waits until the sleeper runs in the lab: its `sleep` is in the guest's process table, as a
+/// second command on the same lab sees it. The deadline covers a slow boot under TCG.
+fn sleeper_runs(lab: &Testbed) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let probe = Cmd::new(["pgrep", "-f", &format!("^sleep {NAP}$")]);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match lab.run(Node::A, &probe, Duration::from_secs(20)) {
+            Ok(o) if o.status == ExitStatus::Code(0) => return Ok(()),
+            Ok(o) => {
+                last = format!(
+                    "pgrep: {:?} {}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            }
+            Err(e) => last = format!("{e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!(
+        "the sleeper did not show in the lab's process table within 120 s ({last})"
+    ))
+}
+
 /// Runs the sleeper, sends `act` once it runs, returns the run's error and how long it took
 /// from `act` on.
-fn run_and_break(lab: &Testbed, act: impl FnOnce() + Send + 'static) -> (String, Duration) {
-    let (tx, rx) = std::sync::mpsc::channel::<Instant>();
-    let t = std::thread::spawn(move || {
-        // The role prints `started` within a few seconds of the run's start.
-        std::thread::sleep(Duration::from_secs(3));
-        act();
-        let _ = tx.send(Instant::now());
-    });
-    let r = run_roles_in(lab, &sleeper(), LIMIT);
-    let ended = Instant::now();
-    t.join().unwrap();
-    let acted = rx.recv().unwrap();
-    let err = r.expect_err("the run must fail when the lab dies");
-    (format!("{err:#}"), ended.saturating_duration_since(acted))
+fn run_and_break(lab: &Testbed, act: impl FnOnce() + Send) -> (String, Duration) {
+    std::thread::scope(|s| {
+        let breaker = s.spawn(|| {
+            let seen = sleeper_runs(lab);
+            // Act even if the sleeper was not seen: the run must end, and the test then fails
+            // with the reason below, not after LIMIT.
+            act();
+            (seen, Instant::now())
+        });
+        let r = run_roles_in(lab, &sleeper(), LIMIT);
+        let ended = Instant::now();
+        let (seen, acted) = breaker.join().unwrap();
+        if let Err(why) = seen {
+            panic!("{why}");
+        }
+        let err = r.expect_err("the run must fail when the lab dies");
+        (format!("{err:#}"), ended.saturating_duration_since(acted))
+    })
 }
 
 #[test]

@@ -112,8 +112,9 @@ fn send(lab: &Testbed) -> (Vec<Dgram>, Vec<Dgram>) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Delayed and reordered datagrams leave a's qdisc up to ~100 ms late.
-    std::thread::sleep(Duration::from_millis(400));
+    // Delayed and reordered datagrams leave a's qdisc up to ~100 ms late: wait until its
+    // queues are empty.
+    drained(lab, Node::A);
     let bytes = cap.stop().expect("stop the capture");
     let _ = std::fs::remove_file(&file);
     let all: Vec<Dgram> = read_pcap(&bytes)
@@ -123,6 +124,32 @@ fn send(lab: &Testbed) -> (Vec<Dgram>, Vec<Dgram>) {
         .collect();
     let (roce, rest): (Vec<Dgram>, Vec<Dgram>) = all.into_iter().partition(|d| d.dport == 4791);
     (roce, rest.into_iter().filter(|d| d.dport == 9).collect())
+}
+
+/// Waits until every qdisc on the node's wire interface holds nothing (`backlog 0b 0p` in
+/// `tc -s qdisc`), within 10 s.
+fn drained(lab: &Testbed, n: Node) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let show = Cmd::new(["tc", "-s", "qdisc", "show", "dev", fault::IFACE]);
+    loop {
+        let out = lab
+            .run(n, &show, Duration::from_secs(20))
+            .expect("tc -s qdisc");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let backlogs: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("backlog "))
+            .collect();
+        assert!(!backlogs.is_empty(), "no backlog in tc's output:\n{text}");
+        if backlogs.iter().all(|b| b.starts_with("0b 0p")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {n}'s qdiscs still hold packets after 10 s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn ping(lab: &Testbed, from: Node, to: &str) -> bool {
@@ -279,20 +306,16 @@ fn partition_heal_freeze_thaw() {
     assert!(ping(&lab, Node::B, "10.77.0.1"));
 }
 
-/// Seconds since the node's kernel booted.
-fn uptime(lab: &Testbed, n: Node) -> f64 {
+/// The file that marks a node's running VM: /run is a tmpfs in the guest's memory, so only the
+/// VM that wrote it has it (a restarted node is a new VM, cold-booted or restored from a
+/// snapshot saved before anything was written).
+const MARK: &str = "/run/rxe-lab-wire-faults-mark";
+
+fn marked(lab: &Testbed, n: Node) -> bool {
     let out = lab
-        .run(
-            n,
-            &Cmd::new(["cat", "/proc/uptime"]),
-            Duration::from_secs(20),
-        )
-        .expect("uptime");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .and_then(|s| s.parse().ok())
-        .expect("a number of seconds")
+        .run(n, &Cmd::new(["test", "-e", MARK]), Duration::from_secs(20))
+        .expect("test the mark");
+    out.status == ExitStatus::Code(0)
 }
 
 #[test]
@@ -304,9 +327,11 @@ fn kill_restart_and_clear() {
     let dir = fault::lab_dir(&lab).unwrap();
     let g0 = generation(&dir, Node::B);
     assert!(ping(&lab, Node::A, "10.77.0.2"));
-    // Let node b's kernel have been up a while, so that a fresh boot shows.
-    std::thread::sleep(Duration::from_secs(3));
-    let before = uptime(&lab, Node::B);
+    let out = lab
+        .run(Node::B, &Cmd::new(["touch", MARK]), Duration::from_secs(20))
+        .expect("mark node b's VM");
+    assert_eq!(out.status, ExitStatus::Code(0), "touch {MARK}");
+    assert!(marked(&lab, Node::B), "the mark is there before the kill");
 
     let said = lab.host(HostRequest::Kill(Node::B)).unwrap();
     assert!(said.contains("node b killed"), "{said}");
@@ -327,8 +352,10 @@ fn kill_restart_and_clear() {
         ping(&lab, Node::A, "10.77.0.2"),
         "the restarted node answers"
     );
-    let after = uptime(&lab, Node::B);
-    assert!(after < before, "a fresh VM: up {after} s, was {before} s");
+    assert!(
+        !marked(&lab, Node::B),
+        "a fresh VM: the old VM's {MARK} is gone"
+    );
 
     // clear brings a killed node back.
     lab.host(HostRequest::Kill(Node::B)).unwrap();
