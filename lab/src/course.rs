@@ -12,12 +12,18 @@
 //! - **The device**: [`open_device`] opens the device a `-d` flag named, else `$LAB_DEVICE`,
 //!   else the first one; [`rxe_address`] is its IPv4 address (what rdma_cm needs).
 //! - **A fresh starting PSN**: [`random_psn`], as rc_pingpong draws one.
+//! - **A checksum both sides can compute**: [`fnv1a32`] and [`fnv1a64`], so that a server
+//!   can show that the bytes a WRITE placed in its memory are the bytes the client sent.
+//! - **Private data with its length**: [`framed`] and [`unframed`], because rdma_cm delivers
+//!   a REQ's private data padded to a fixed size (chapters 09 and 12).
 //! - **Two QPs in RTS on one device**: [`connected_pair`], for the chapters that need a working
 //!   connection before chapters 05 and 06 take the bring-up apart; [`wait_for_err`] for the
 //!   moment after an error completion when rxe has not yet moved the QP to ERR.
 //! - **Client fan-out**: [`client_role`] (built on [`spawn_copies`] and [`report_copies`])
 //!   starts one copy of the program per client, prints what each one said, in order, then
 //!   runs this process's own part.
+//!   [`this_program_again`] is the command under them, also used by the chapters whose
+//!   server runs as child processes so that one can be killed.
 //! - **One RC connection over the lab's exchange**: [`accept_peer`] (server) and
 //!   [`connect_peer`] (client), once chapter 07 has shown the steps.
 //! - [`done`]: the last line of a role.
@@ -164,6 +170,52 @@ pub fn random_psn() -> u32 {
     (h.finish() & 0xff_ffff) as u32
 }
 
+/// The 32-bit FNV-1a hash of `bytes`: start from the offset basis `0x811c9dc5`, then for each
+/// byte XOR it in and multiply by the FNV prime `0x01000193` (wrapping). Not a cryptographic
+/// hash: a short, well-known checksum that two processes, or two machines, compute alike from
+/// the same bytes, which is all a chapter needs to show that a buffer arrived intact. The
+/// constants, and the test vectors in this module's tests, are those of the FNV reference
+/// (Fowler, Noll and Vo's FNV hash page and its test suite).
+pub fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The 64-bit FNV-1a hash of `bytes`: the same steps as [`fnv1a32`], with the 64-bit offset
+/// basis `0xcbf29ce484222325` and prime `0x100000001b3`. Chapter 09 sums its pool's blocks
+/// with it; chapter 07 uses the 32-bit one.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// `bytes` as private data that says its own length: one length byte, then the bytes, at most
+/// `room` bytes in all (so at most `room - 1`, and never more than 255, bytes of payload; the
+/// rest is cut off).
+///
+/// Why the length byte: the receiver cannot tell how much the sender wrote. A REQ's private
+/// data always reaches the server as [`crate::cm::MAX_CONNECT_DATA`] (56) bytes, the IB CM
+/// REQ's 92 less rdma_cm's 36-byte header, on RoCE as on InfiniBand, however few the client
+/// wrote; a REJ's arrives as [`crate::cm::MAX_REJECT_DATA`] (148) bytes (chapter 12's
+/// `--case reject` shows it). Pass the limit of the message it travels in as `room`
+/// (`MAX_CONNECT_DATA` for `rdma_connect`, `MAX_REJECT_DATA` for `rdma_reject`).
+pub fn framed(bytes: &[u8], room: usize) -> Vec<u8> {
+    let keep = bytes.len().min(room.saturating_sub(1)).min(255);
+    let mut v = Vec::with_capacity(keep + 1);
+    v.push(keep as u8);
+    v.extend_from_slice(&bytes[..keep]);
+    v
+}
+
+/// The payload of private data written by [`framed`], whatever padding followed it; `None`
+/// when `data` is empty or shorter than its length byte says.
+pub fn unframed(data: &[u8]) -> Option<&[u8]> {
+    let n = usize::from(*data.first()?);
+    data.get(1..1 + n)
+}
+
 /// The device name [`open_device`] would ask for: `name`, else `$LAB_DEVICE`; `None` means
 /// "the first device".
 pub fn wanted_device(name: Option<&str>) -> Option<String> {
@@ -276,18 +328,31 @@ pub fn connect_peer(
 /// `index_flag i` (for example `--client-index 3`), stdin closed, stdout and stderr
 /// collected: one process per client.
 pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running>> {
-    let exe = std::env::current_exe()?;
     (0..count)
         .map(|i| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(std::env::args_os().skip(1))
-                .args([index_flag, &i.to_string()])
-                .stdin(Stdio::null())
+            let mut cmd = this_program_again([index_flag, &i.to_string()])?;
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             Running::spawn(cmd)
         })
         .collect()
+}
+
+/// This program again, as a child process to be: the same executable
+/// ([`std::env::current_exe`]) with the same arguments, then `extra`, which tells the copy
+/// which part it plays (`--index 2`, `--worker 1`). A chapter that must show a process
+/// dying (SIGKILL, as a crash would) without dying itself runs that part this way: the
+/// parent stays, sees how the child ended (`ExitStatusExt::signal`), and can start another.
+/// The caller sets stdin and the pipes, then spawns and waits (with a deadline).
+pub fn this_program_again<I, S>(extra: I) -> std::io::Result<Command>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(std::env::args_os().skip(1)).args(extra);
+    Ok(cmd)
 }
 
 /// Waits for each copy (all share one `deadline`) and prints its output in order, each line
@@ -354,6 +419,53 @@ mod tests {
         assert!(psns.iter().all(|p| *p <= 0xff_ffff), "{psns:x?}");
         // Eight draws from fresh OS keys: all equal would mean the keys were not fresh.
         assert!(psns.iter().any(|p| *p != psns[0]), "{psns:x?}");
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        // From the FNV reference's test suite: the empty string is the offset basis.
+        assert_eq!(fnv1a32(b""), 0x811c_9dc5);
+        assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
+        assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn framed_private_data_survives_padding() {
+        let mut d = framed(b"client-3", crate::cm::MAX_CONNECT_DATA);
+        assert_eq!(d, b"\x08client-3");
+        // rdma_cm hands the server all 56 bytes of a REQ's private data.
+        d.resize(crate::cm::MAX_CONNECT_DATA, 0);
+        assert_eq!(unframed(&d), Some(&b"client-3"[..]));
+        assert_eq!(unframed(&framed(b"", 56)), Some(&b""[..]));
+        assert_eq!(unframed(b""), None);
+        assert_eq!(unframed(b"\x05abc"), None);
+    }
+
+    #[test]
+    fn framed_cuts_what_does_not_fit() {
+        let long = [b'x'; 300];
+        let d = framed(&long, crate::cm::MAX_CONNECT_DATA);
+        assert_eq!(d.len(), crate::cm::MAX_CONNECT_DATA);
+        assert_eq!(unframed(&d).map(<[u8]>::len), Some(55));
+        // One length byte counts 255 at most, whatever the room.
+        assert_eq!(unframed(&framed(&long, 1000)).map(<[u8]>::len), Some(255));
+    }
+
+    #[test]
+    fn this_program_again_keeps_our_arguments_then_adds() {
+        let cmd = this_program_again(["--worker", "2"]).unwrap();
+        assert_eq!(cmd.get_program(), std::env::current_exe().unwrap());
+        let ours: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        let args: Vec<&std::ffi::OsStr> = cmd.get_args().collect();
+        assert_eq!(args.len(), ours.len() + 2);
+        assert_eq!(
+            args[..ours.len()],
+            ours.iter().map(|a| a.as_os_str()).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(args[ours.len()..], ["--worker", "2"]);
     }
 
     #[test]

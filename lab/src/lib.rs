@@ -51,7 +51,7 @@
 //! | [`perf`] | (`rdtsc`, `sched_setaffinity(2)`) | [`perf::tsc_hz`], [`perf::set_affinity`]: checking a cycle clock, pinning a thread |
 //! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
 //! | [`host`] | (the lab's `LAB_HOST` socket) | [`host::ask`]: what a program in a VM asks the lab's host (freeze, kill, restart the peer) |
-//! | [`course`] | | what every chapter repeats: `Failure`/`or_fail`, opening the device, a connected pair |
+//! | [`course`] | | what every chapter repeats: `Failure`/`or_fail`, opening the device, a connected pair, FNV-1a checksums, framed private data |
 //! | [`kernel`] | (`uname(2)`) | [`kernel::KernelVersion`], [`kernel::RxeChange`]: where rxe's behaviour changed between kernels |
 //!
 //! ## A self-connected RC QP in a few lines

@@ -44,7 +44,7 @@
 // Errors, one style for every chapter: `.or_fail("cannot move the QP to RTR")` turns lab's
 // error (the verb, the errno and a hint) into a Failure; main prints it after `error: `.
 use clap::{Parser, ValueEnum};
-use lab::course::{Failure, OrFail, Outcome as Result};
+use lab::course::{Failure, OrFail, Outcome as Result, fnv1a32};
 use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
 use lab::show;
 use lab::{
@@ -357,7 +357,11 @@ fn server(o: &Opts) -> Result<()> {
     }
 
     oob.send_line(
-        &format!("checksums {:08x} {:08x}", fnv1a(&written), fnv1a(&landed)),
+        &format!(
+            "checksums {:08x} {:08x}",
+            fnv1a32(&written),
+            fnv1a32(&landed)
+        ),
         timeout,
     )
     .or_fail("cannot send the checksums")?;
@@ -412,7 +416,7 @@ fn read_cstr(mr: &MemoryRegion, offset: usize) -> Result<Vec<u8>> {
 
 fn print_landed(bytes: &[u8]) {
     println!("  \"{}\"", String::from_utf8_lossy(bytes));
-    println!("  ({} bytes, fnv1a=0x{:08x})", bytes.len(), fnv1a(bytes));
+    println!("  ({} bytes, fnv1a=0x{:08x})", bytes.len(), fnv1a32(bytes));
 }
 
 // =============================================================================================
@@ -558,8 +562,8 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         .or_fail("cannot receive the server's checksums")?;
     let want = format!(
         "checksums {:08x} {:08x}",
-        fnv1a(MSG_WRITE.as_bytes()),
-        fnv1a(MSG_IMM.as_bytes())
+        fnv1a32(MSG_WRITE.as_bytes()),
+        fnv1a32(MSG_IMM.as_bytes())
     );
     if line != want {
         return Err(Failure(format!(
@@ -570,8 +574,8 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         .or_fail("cannot send \"done\"")?;
     println!(
         "step 8: the server's checksums match ours (fnv1a=0x{:08x}, fnv1a=0x{:08x}); sent \"done\"",
-        fnv1a(MSG_WRITE.as_bytes()),
-        fnv1a(MSG_IMM.as_bytes())
+        fnv1a32(MSG_WRITE.as_bytes()),
+        fnv1a32(MSG_IMM.as_bytes())
     );
 
     qp.destroy().or_fail("cannot destroy the QP")?;
@@ -586,11 +590,4 @@ fn close(rest: Setup2) -> Result<()> {
     rest.pd.dealloc().or_fail("cannot free the PD")?;
     rest.ctx.close().or_fail("cannot close the device")?;
     Ok(())
-}
-
-/// 32-bit FNV-1a: a small checksum both sides compute over the bytes.
-fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
 }

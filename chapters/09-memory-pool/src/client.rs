@@ -4,12 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cm::{client_device, framed, parse_table_data, resolved};
-use crate::{
-    Args, CONNECT, OP, PSN, WINDOW, WORK, block_content, block_list, fnv1a, header_of, owner,
-};
-use lab::cm::{CmEvent, CmId, ConnParam};
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
+use crate::cm::{client_device, parse_table_data, resolved};
+use crate::{Args, CONNECT, OP, PSN, WINDOW, WORK, block_content, block_list, header_of, owner};
+use lab::cm::{CmEvent, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::course::{Failure, OrFail, Outcome as Result, expect, fnv1a64, framed};
 use lab::exchange::{Endpoint, OobStream};
 use lab::show;
 use lab::{
@@ -46,7 +44,10 @@ pub(crate) fn connect(
         let deadline = Instant::now() + CONNECT;
         let (qp, table) = loop {
             let qp = id.create_qp(pd, &init)?;
-            id.connect(&ConnParam::with_data(&framed(name)))?;
+            id.connect(&ConnParam::with_data(&framed(
+                name.as_bytes(),
+                MAX_CONNECT_DATA,
+            )))?;
             match id.get_event(CONNECT).or_fail("rdma_connect")? {
                 CmEvent::Established { private_data } => {
                     let table = parse_table_data(&private_data).ok_or_else(|| {
@@ -213,7 +214,7 @@ pub(crate) fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
         let got = &local.as_slice()[slot * size..(slot + 1) * size];
         let same = got == block_content(b, args.clients, size).as_slice();
         ok &= same;
-        let sum = fnv1a(got);
+        let sum = fnv1a64(got);
         println!(
             "  block {b:>3}: \"{}\" checksum=0x{sum:016x} {}",
             header_of(got),

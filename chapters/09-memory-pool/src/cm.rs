@@ -4,8 +4,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::{Args, CONNECT, RESOLVE, TABLE_TAG};
-use lab::cm::{CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
+use lab::cm::{CmEventType, CmId, ConnParam};
+use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect, unframed};
 use lab::exchange::{Endpoint, Listener};
 use lab::show::{self, Align, Table};
 use lab::{Context, QpInitAttr, RemoteRegion, state};
@@ -48,22 +48,6 @@ pub(crate) fn parse_table_data(d: &[u8]) -> Option<Vec<RemoteRegion>> {
     )
 }
 
-/// A name as a REQ's private data: one length byte, then the bytes (the server always reads
-/// 56 bytes, the IB CM REQ's 92 less rdma_cm's 36-byte header, on RoCE as on InfiniBand: the
-/// length must travel in the payload).
-pub(crate) fn framed(name: &str) -> Vec<u8> {
-    let b = &name.as_bytes()[..name.len().min(MAX_CONNECT_DATA - 1)];
-    let mut v = vec![b.len() as u8];
-    v.extend_from_slice(b);
-    v
-}
-
-pub(crate) fn unframed(d: &[u8]) -> Option<String> {
-    let n = usize::from(*d.first()?);
-    d.get(1..1 + n)
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-}
-
 /// The server side with --cm: take the next CONNECT_REQUEST (the client's name in its private
 /// data), create the QP on its id (INIT), accept with the table as private data (librdmacm
 /// moves our QP to RTR and RTS before the REP leaves), wait for ESTABLISHED. Then the client's
@@ -80,7 +64,9 @@ pub(crate) fn cm_accept(
     let req = listener
         .get_request(CONNECT)
         .or_fail_with(|| format!("waiting for {what} (rdma_cm)"))?;
+    // The client's name, framed (`lab::course::framed`): the server always reads 56 bytes.
     let name = unframed(&req.private_data)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
         .ok_or_else(|| Failure("a connection request without a name".into()))?;
     let qp = req.id.create_qp(pd, &QpInitAttr::rc(cq, cq))?;
     req.id.accept(&ConnParam::with_data(table))?;
@@ -187,6 +173,5 @@ mod tests {
         padded.resize(MAX_ACCEPT_DATA, 0);
         assert_eq!(parse_table_data(&padded).unwrap(), table);
         assert!(parse_table_data(b"RGN1").is_none());
-        assert_eq!(unframed(&framed("client-3")).unwrap(), "client-3");
     }
 }

@@ -273,13 +273,6 @@ fn block_list(blocks: &[u32]) -> String {
     }
 }
 
-/// FNV-1a, 64 bits: a small, well-known checksum (not a cryptographic one).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,11 +295,5 @@ mod tests {
         assert_eq!(block_list(&[0, 2, 4]), "0, 2, 4");
         let many: Vec<u32> = (0..128).map(|i| i * 2).collect();
         assert_eq!(block_list(&many), "0, 2, 4, ..., 254 (128 blocks)");
-    }
-
-    #[test]
-    fn fnv1a_known_values() {
-        assert_eq!(fnv1a(b""), 0xcbf29ce484222325);
-        assert_eq!(fnv1a(b"a"), 0xaf63dc4c8601ec8c);
     }
 }

@@ -4,31 +4,18 @@
 use std::time::{Duration, Instant};
 
 use crate::client::check_table;
-use crate::{Args, CONNECT, OP, WORK, block_content, fnv1a, header_of};
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
+use crate::{Args, CONNECT, OP, WORK, block_content, header_of};
+use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect, fnv1a64, random_psn};
 use lab::exchange::{Endpoint, Listener};
 use lab::show;
 use lab::{
     AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion, WcStatus, state,
 };
 
-/// A fresh 24-bit PSN: any value will do, but a new one for every connection, so that a late
-/// packet of the old connection is very unlikely to fall in the new one's window (an FNV-1a
-/// hash of the clock and the process id; not a cryptographic choice).
-pub(crate) fn fresh_psn() -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut bytes = nanos.to_le_bytes().to_vec();
-    bytes.extend_from_slice(&std::process::id().to_le_bytes());
-    (fnv1a(&bytes) & 0xff_ffff) as u32
-}
-
 /// The server role of `--case reconnect`: each server is a process of its own, so the first
 /// can be killed (SIGKILL, as a crash would) and a second one started in its place.
 pub(crate) fn supervisor() -> Result<bool> {
     use std::os::unix::process::ExitStatusExt;
-    let exe = std::env::current_exe().or_fail("cannot find our own executable")?;
     for n in 1..=2u32 {
         println!(
             "supervisor: start server {n}, a process of its own{}",
@@ -39,9 +26,8 @@ pub(crate) fn supervisor() -> Result<bool> {
             }
         );
         // stdout is inherited: the harness must see "listening on" while the server runs.
-        let mut child = std::process::Command::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .args(["--server-round", &n.to_string()])
+        let mut child = lab::course::this_program_again(["--server-round", &n.to_string()])
+            .or_fail("cannot find our own executable")?
             .stdin(std::process::Stdio::null())
             .spawn()
             .or_fail("starting a server process")?;
@@ -104,7 +90,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
     );
     let me = Endpoint {
         name: "pool".into(),
-        psn: fresh_psn(),
+        psn: random_psn(),
         gid: gid.gid.raw(),
         regions: table,
         ..Default::default()
@@ -142,7 +128,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
     println!(
         "step 5: server {n}: block 0 holds \"{}\" checksum=0x{:016x} {}",
         header_of(got),
-        fnv1a(got),
+        fnv1a64(got),
         if ok { "ok" } else { "MISMATCH" }
     );
     Ok(ok)
@@ -165,11 +151,13 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
     );
 
     // Steps 2 and 7: the by-hand connection. `qp` is in RESET; the exchange sends our QPN and
-    // a fresh PSN, and connect_peer walks RESET -> INIT -> RTR -> RTS toward the server's.
+    // a fresh PSN, and connect_peer walks RESET -> INIT -> RTR -> RTS toward the server's. Any
+    // PSN will do, but a new one for every connection, so that a late packet of the old
+    // connection is very unlikely to fall in the new one's window.
     let connect_by_hand = |qp: QueuePair<state::Reset>| -> Result<(Peer, u32)> {
         let mine = Endpoint {
             name: "reconnecting".into(),
-            psn: fresh_psn(),
+            psn: random_psn(),
             gid: gid.gid.raw(),
             ..Default::default()
         };

@@ -6,11 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use crate::cm::{cm_accept, print_table, table_data};
-use crate::{Args, CONNECT, OP, PSN, WORK, block_content, fnv1a, header_of};
+use crate::{Args, CONNECT, OP, PSN, WORK, block_content, header_of};
 use lab::cm::CmId;
 // Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
-use lab::course::{OrFail, Outcome as Result, Peer};
+use lab::course::{OrFail, Outcome as Result, Peer, fnv1a64};
 use lab::exchange::{Endpoint, Listener};
 use lab::show;
 use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState, RemoteRegion};
@@ -202,7 +202,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     for b in 0..n {
         let bytes = &pool.as_slice()[b * size..(b + 1) * size];
         let want = block_content(b as u32, args.clients, size);
-        let sum = fnv1a(bytes);
+        let sum = fnv1a64(bytes);
         let verdict = if bytes == want.as_slice() {
             good += 1;
             "ok"

@@ -2,10 +2,10 @@
 //! and a peer that dies and comes back (reset the QP, or better, connect with new ones).
 
 use crate::client::{connect, peer_killed, write_read};
-use crate::conn::{Conn, Region, established, framed, parse_region, print_qp};
+use crate::conn::{Conn, Region, established, parse_region, print_qp};
 use crate::{HELLO, Opts, REGION_LEN, RESOLVE, timeout};
-use lab::cm::{CmEvent, CmEventType, CmId, ConnParam};
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::course::{Failure, OrFail, Outcome as Result, expect, framed};
 use lab::show;
 use lab::{AccessFlags, QpAttr, QpInitAttr, QpState};
 use std::net::SocketAddr;
@@ -161,8 +161,11 @@ pub(crate) fn try_connect(dst: SocketAddr, t: Duration) -> Result<(Conn, Option<
     let qp = id
         .create_qp(&pd, &QpInitAttr::rc(&cq, &cq))
         .or_fail("rdma_create_qp")?;
-    id.connect(&ConnParam::with_data(&framed(HELLO.as_bytes())))
-        .or_fail("rdma_connect")?;
+    id.connect(&ConnParam::with_data(&framed(
+        HELLO.as_bytes(),
+        MAX_CONNECT_DATA,
+    )))
+    .or_fail("rdma_connect")?;
     match id.get_event(t).or_fail("waiting for the connection")? {
         CmEvent::Established { private_data } => Ok((
             Conn {

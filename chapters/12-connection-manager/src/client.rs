@@ -4,13 +4,13 @@
 
 use crate::cases::{localhost_case, reconnect_case, unreachable_case};
 use crate::conn::{
-    Conn, Region, complete, conn_on, drain, established, event_line, framed, parse_region, post,
-    post_recv, print_qp, timewait, unframed,
+    Conn, Region, complete, conn_on, drain, established, event_line, parse_region, post, post_recv,
+    print_qp, timewait,
 };
 use crate::rping::rping_client;
 use crate::{Case, HELLO, MSG, Opts, Proto, READ_BACK, REGION_LEN, REJECT, RESOLVE, timeout};
-use lab::cm::{CmEvent, CmEventType, CmId, ConnParam};
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
+use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
+use lab::course::{Failure, OrFail, Outcome as Result, expect, framed, unframed};
 use lab::show;
 use lab::{SendWr, state};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -120,7 +120,7 @@ pub(crate) fn connect(
             n
         }
     };
-    let hello = framed(HELLO.as_bytes());
+    let hello = framed(HELLO.as_bytes(), MAX_CONNECT_DATA);
     let start = Instant::now();
     c.id.connect(&ConnParam::with_data(&hello))
         .or_fail("rdma_connect")?;

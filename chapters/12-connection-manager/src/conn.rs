@@ -14,18 +14,6 @@ use lab::{
 };
 use std::time::{Duration, Instant};
 
-/// Length-prefixed private data: one length byte, then the bytes.
-pub(crate) fn framed(s: &[u8]) -> Vec<u8> {
-    let mut v = vec![s.len() as u8];
-    v.extend_from_slice(s);
-    v
-}
-
-pub(crate) fn unframed(d: &[u8]) -> Option<&[u8]> {
-    let n = usize::from(*d.first()?);
-    d.get(1..1 + n)
-}
-
 pub(crate) fn region_data(mr: &MemoryRegion) -> Vec<u8> {
     let mut v = TAG.to_vec();
     v.extend_from_slice(&mr.addr().to_be_bytes());

@@ -3,13 +3,12 @@
 //! `--case reconnect` run it as workers under a supervisor, so that one can die.
 
 use crate::conn::{
-    Conn, complete, conn_on, drain, established, framed, post, post_recv, print_qp, region_data,
-    timewait, unframed,
+    Conn, complete, conn_on, drain, established, post, post_recv, print_qp, region_data, timewait,
 };
 use crate::rping::serve_rping;
 use crate::{Case, MSG, Opts, Proto, REGION_LEN, REJECT, timeout};
-use lab::cm::{CmEventType, CmId, ConnParam};
-use lab::course::{OrFail, Outcome as Result, expect};
+use lab::cm::{CmEventType, CmId, ConnParam, MAX_REJECT_DATA};
+use lab::course::{OrFail, Outcome as Result, expect, framed, unframed};
 use lab::show;
 use lab::{RecvWr, SendWr, state};
 use std::net::{IpAddr, SocketAddr};
@@ -20,7 +19,6 @@ use std::time::Duration;
 /// `--case peer-killed` and `--case reconnect`: the server runs as workers, each one process,
 /// so that one can be killed (SIGKILL, as a crash would) and another started.
 pub(crate) fn supervisor(o: &Opts) -> Result {
-    let exe = std::env::current_exe().or_fail("cannot find our own executable")?;
     let rounds = if o.case == Some(Case::Reconnect) {
         2
     } else {
@@ -28,10 +26,8 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
     };
     for n in 1..=rounds {
         println!("supervisor: starting server worker {n}");
-        let mut args: Vec<String> = std::env::args().skip(1).collect();
-        args.extend(["--worker".into(), n.to_string()]);
-        let status = Command::new(&exe)
-            .args(&args)
+        let status = lab::course::this_program_again(["--worker", &n.to_string()])
+            .or_fail("cannot find our own executable")?
             .status()
             .or_fail("cannot start a worker")?;
         match status.signal() {
@@ -96,7 +92,7 @@ pub(crate) fn server(o: &Opts, worker: u32) -> Result {
     println!("  replaces: accept() on the TCP listener and reading the peer's QPN, PSN and GID");
     if o.case == Some(Case::Reject) {
         req.id
-            .reject(&framed(REJECT.as_bytes()))
+            .reject(&framed(REJECT.as_bytes(), MAX_REJECT_DATA))
             .or_fail("rdma_reject")?;
         println!("step 3: {role}: rdma_reject with private data {REJECT:?}");
         lab::course::done(true, "the server side behaved as expected");
