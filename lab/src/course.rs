@@ -355,6 +355,28 @@ where
     Ok(cmd)
 }
 
+/// Waits for a child process (one [`this_program_again`] started) for at most `limit`. Past
+/// it, the child is killed and reaped, and the result is `None`: a supervisor never waits
+/// forever on a copy that hangs. std has no wait with a timeout, so this polls `try_wait`
+/// every 50 ms.
+pub fn wait_or_kill(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok(Some(st));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits for each copy (all share one `deadline`) and prints its output in order, each line
 /// prefixed `  [client i]`, then its exit code. Returns whether every copy exited 0.
 pub fn report_copies(children: &mut [Running], deadline: Instant) -> bool {

@@ -31,21 +31,14 @@ pub(crate) fn supervisor() -> Result<bool> {
             .stdin(std::process::Stdio::null())
             .spawn()
             .or_fail("starting a server process")?;
-        let deadline = Instant::now() + WORK + CONNECT;
-        let status = loop {
-            if let Some(st) = child.try_wait().or_fail("waiting for a server process")? {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "server {n} did not end within {} s: killed",
-                    (WORK + CONNECT).as_secs()
-                )
-                .into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let Some(status) = lab::course::wait_or_kill(&mut child, WORK + CONNECT)
+            .or_fail("waiting for a server process")?
+        else {
+            return Err(format!(
+                "server {n} did not end within {} s: killed",
+                (WORK + CONNECT).as_secs()
+            )
+            .into());
         };
         match (n, status.signal(), status.code()) {
             (1, Some(9), _) => println!("supervisor: server 1 was killed by SIGKILL (9)"),

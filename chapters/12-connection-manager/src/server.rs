@@ -26,10 +26,21 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
     };
     for n in 1..=rounds {
         println!("supervisor: starting server worker {n}");
-        let status = lab::course::this_program_again(["--worker", &n.to_string()])
+        let mut child = lab::course::this_program_again(["--worker", &n.to_string()])
             .or_fail("cannot find our own executable")?
-            .status()
+            .spawn()
             .or_fail("cannot start a worker")?;
+        // A worker waits at most --timeout for each of its few steps (the request, the
+        // connection, the messages, the disconnect): four times that bounds it.
+        let limit = 4 * timeout(o);
+        let Some(status) =
+            lab::course::wait_or_kill(&mut child, limit).or_fail("waiting for a worker")?
+        else {
+            return Err(lab::course::Failure(format!(
+                "worker {n} did not end within {} s: killed",
+                limit.as_secs()
+            )));
+        };
         match status.signal() {
             Some(9) => println!("supervisor: worker {n} was killed by SIGKILL (9)"),
             _ => {
