@@ -313,10 +313,13 @@ pub fn collect(
 /// Every documented command of the repository at `root`: its tracked Markdown files and the
 /// `//!` headers of its tracked Rust files, in path order (then line order).
 pub fn collect_repo(root: &Path) -> anyhow::Result<(Vec<DocCommand>, Vec<DocProblem>)> {
-    let out = std::process::Command::new("git")
-        .args(["ls-files", "-z", "*.md", "*.rs"])
-        .current_dir(root)
-        .output()
+    let out = duct::cmd!("git", "ls-files", "-z", "*.md", "*.rs")
+        .dir(root)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
         .map_err(|e| anyhow::anyhow!("running git ls-files: {e}"))?;
     if !out.status.success() {
         anyhow::bail!(

@@ -477,22 +477,14 @@ pub fn extract_vmlinux(bzimage: &[u8]) -> Result<Vec<u8>> {
 
 /// `xz -dc --single-stream` (stops at the end of the first stream, ignoring what follows).
 fn xz_cli(data: &[u8]) -> Option<Vec<u8>> {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("xz")
-        .args(["-dc", "--single-stream"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+    // duct writes stdin from a thread of its own while it reads stdout: neither pipe fills up.
+    let out = duct::cmd!("xz", "-dc", "--single-stream")
+        .stdin_bytes(data)
+        .stdout_capture()
+        .stderr_null()
+        .unchecked()
+        .run()
         .ok()?;
-    let mut stdin = child.stdin.take()?;
-    let data = data.to_vec();
-    let feeder = std::thread::spawn(move || {
-        let _ = stdin.write_all(&data);
-    });
-    let out = child.wait_with_output().ok()?;
-    let _ = feeder.join();
     Some(out.stdout)
 }
 

@@ -433,10 +433,12 @@ pub fn rdma_entries() -> Vec<initramfs::Entry> {
     let Some(bin) = rdma_binary() else {
         return vec![];
     };
-    let Ok(out) = std::process::Command::new("ldd")
-        .arg(&bin)
-        .stdin(std::process::Stdio::null())
-        .output()
+    let Ok(out) = duct::cmd!("ldd", &bin)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
     else {
         return vec![];
     };

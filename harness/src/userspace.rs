@@ -216,11 +216,18 @@ pub fn host_version(pkg: &str) -> Option<String> {
 }
 
 fn dpkg_version(root: Option<&Path>, pkg: &str) -> Option<String> {
-    let mut cmd = Command::new("dpkg-query");
+    let mut args = vec![];
     if let Some(r) = root {
-        cmd.arg(format!("--admindir={}", r.join("var/lib/dpkg").display()));
+        args.push(format!("--admindir={}", r.join("var/lib/dpkg").display()));
     }
-    let out = cmd.args(["-W", "-f=${Version}", pkg]).output().ok()?;
+    args.extend(["-W".into(), "-f=${Version}".into(), pkg.into()]);
+    let out = duct::cmd("dpkg-query", args)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+        .ok()?;
     let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && !v.is_empty()).then_some(v)
 }

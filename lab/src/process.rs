@@ -2,9 +2,10 @@
 //!
 //! Some chapters start copies of themselves (one process per client, each with its own QP) and
 //! then print what each one said ([`crate::course::spawn_copies`]). [`Running`] is the
-//! plumbing for that: the child's stdout and
-//! stderr are read by two threads while it runs, so a chatty child never blocks on a full
-//! pipe, and [`Running::finish`] waits with a deadline: a child still running then is killed.
+//! plumbing for that, on [`duct`]: the child's stdout and stderr are captured by duct's reader
+//! threads while it runs, so a chatty child never blocks on a full pipe, and
+//! [`Running::finish`] waits with a deadline: a child still running then is killed, and so is
+//! one whose [`Running`] is dropped unfinished.
 //! Like every wait in `lab`, it never waits forever.
 //!
 //! ```
@@ -22,67 +23,82 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use std::io::Read;
-use std::process::{Child, Command};
-use std::thread::JoinHandle;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A worker process whose stdout and stderr are collected by threads (so a chatty child never
-/// blocks on a full pipe) and which is killed if it outlives its deadline.
+/// A worker process whose stdout and stderr are captured (so a chatty child never blocks on a
+/// full pipe) and which is killed if it outlives its deadline or its `Running` is dropped.
 #[derive(Debug)]
 pub struct Running {
-    child: Child,
-    out: JoinHandle<String>,
-    err: JoinHandle<String>,
+    handle: duct::Handle,
 }
 
 impl Running {
-    /// Spawns `cmd` and starts collecting its output.
+    /// Starts `cmd` (its program, arguments, environment changes and directory) with stdin
+    /// closed, and starts collecting its stdout and stderr.
     ///
-    /// # Panics
-    ///
-    /// If `cmd`'s stdout or stderr is not [`Stdio::piped`](std::process::Stdio::piped).
-    pub fn spawn(mut cmd: Command) -> std::io::Result<Running> {
-        let mut child = cmd.spawn()?;
-        let reader = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = r.read_to_string(&mut s);
-                s
-            })
-        };
-        let out = reader(Box::new(child.stdout.take().expect("piped")));
-        let err = reader(Box::new(child.stderr.take().expect("piped")));
-        Ok(Running { child, out, err })
+    /// The callers build a [`Command`] with stdin null and stdout and stderr piped; `Running`
+    /// gives the child exactly that, whatever `cmd` says about its stdio.
+    pub fn spawn(cmd: Command) -> std::io::Result<Running> {
+        let mut expr = duct::cmd(cmd.get_program(), cmd.get_args());
+        for (key, value) in cmd.get_envs() {
+            expr = match value {
+                Some(value) => expr.env(key, value),
+                None => expr.env_remove(key),
+            };
+        }
+        if let Some(dir) = cmd.get_current_dir() {
+            expr = expr.dir(dir);
+        }
+        let handle = expr
+            .stdin_null()
+            .stdout_capture()
+            .stderr_capture()
+            .unchecked()
+            .start()?;
+        Ok(Running { handle })
     }
 
     /// Waits until the process exits or `deadline` passes (then kills it); returns the exit
     /// code (-1 if killed or ended by a signal), stdout and stderr. A killed process's stderr
     /// ends with the line `killed: still running at the deadline`.
     pub fn finish(&mut self, deadline: Instant) -> (i32, String, String) {
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(st)) => break st.code().unwrap_or(-1),
+        // duct's `try_wait` answers once the child has exited and its output is all read.
+        loop {
+            match self.handle.try_wait() {
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20))
                 }
+                Ok(Some(_)) => break,
                 _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break -1;
+                    let _ = self.handle.kill();
+                    break;
                 }
             }
+        }
+        let Ok(output) = self.handle.wait() else {
+            return (
+                -1,
+                String::new(),
+                String::from("killed: still running at the deadline\n"),
+            );
         };
-        let take = |h: &mut JoinHandle<String>| {
-            std::mem::replace(h, std::thread::spawn(String::new))
-                .join()
-                .unwrap_or_default()
-        };
-        let (out, mut err) = (take(&mut self.out), take(&mut self.err));
+        let code = output.status.code().unwrap_or(-1);
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut err = String::from_utf8_lossy(&output.stderr).into_owned();
         if code == -1 {
             err.push_str("killed: still running at the deadline\n");
         }
         (code, out, err)
+    }
+}
+
+impl Drop for Running {
+    /// A child nobody waits for any more is killed (duct reaps it).
+    fn drop(&mut self) {
+        if let Ok(None) = self.handle.try_wait() {
+            let _ = self.handle.kill();
+        }
     }
 }
 
@@ -129,5 +145,29 @@ mod tests {
         assert_eq!(code, -1);
         assert_eq!(out, "started\n");
         assert_eq!(err, "killed: still running at the deadline\n");
+    }
+
+    #[test]
+    fn dropped_unfinished_is_killed() {
+        let r = Running::spawn(sh("exec sleep 30")).unwrap();
+        let pid = r.handle.pids()[0];
+        drop(r);
+        // Killed: gone, or a zombie until duct reaps it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let dead = loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+            if matches!(state, None | Some('Z')) {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            dead,
+            "pid {pid} still running after its Running was dropped"
+        );
     }
 }

@@ -260,10 +260,10 @@ fn library_checks() -> Vec<Check> {
 /// What building rdma-sys needs: pkg-config finding libibverbs, and libclang for bindgen.
 fn build_checks() -> Vec<Check> {
     let mut c = vec![];
-    let pc = Command::new("pkg-config")
-        .args(["--exists", "libibverbs"])
-        .status()
-        .map(|s| s.success())
+    let pc = duct::cmd!("pkg-config", "--exists", "libibverbs")
+        .unchecked()
+        .run()
+        .map(|o| o.status.success())
         .unwrap_or(false);
     c.push(Check::required(
         "pkg-config libibverbs (rdma-sys build)",

@@ -460,11 +460,13 @@ fn watch(
 
 fn reset(course: &Course, root: &Path, ex: &Exercise) -> Result<i32> {
     let (_, starter, _) = files(course, ex)?;
-    let out = Command::new("git")
-        .current_dir(root)
-        .args(["checkout", "HEAD", "--"])
-        .arg(&starter)
-        .output()
+    let out = duct::cmd!("git", "checkout", "HEAD", "--", &starter)
+        .dir(root)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
         .context("running git (reset restores the starter from git)")?;
     if !out.status.success() {
         bail!(
