@@ -42,7 +42,7 @@
 //! | `srq` | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` | [`SharedReceiveQueue`] |
 //! | `ah` | `ibv_create_ah`, `ibv_destroy_ah` (UD) | [`AddressHandle`] |
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
-//! | [`cm`] | `rdma_create_id`, `rdma_resolve_addr`, `rdma_resolve_route`, `rdma_create_qp`, `rdma_connect`, `rdma_listen`, `rdma_accept`, `rdma_reject`, `rdma_disconnect`, `rdma_get_cm_event` | [`cm::CmId`], [`cm::CmEvent`], [`cm::ConnParam`] |
+//! | [`cm`] | `rdma_create_id`, `rdma_resolve_addr`, `rdma_resolve_route`, `rdma_create_qp`, `rdma_connect`, `rdma_listen`, `rdma_accept`, `rdma_reject`, `rdma_disconnect`, `rdma_get_cm_event` | [`cm::CmId`] (`cm/id.rs`), [`cm::CmEvent`] (`cm/event.rs`), [`cm::ConnParam`] (`cm/param.rs`) |
 //! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
