@@ -42,6 +42,9 @@
 //! with a lab up). Options: `-n N` WRITEs per way of waiting (default 1000), `-w W` at most W
 //! in flight (default 16), `--counts` also prints the figures that vary from run to run
 //! (polls, events, context switches).
+//!
+//! One file of a little over 800 lines, on purpose: the steps share one pair of QPs and build
+//! on each other, and a learner reads them in order.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
