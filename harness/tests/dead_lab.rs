@@ -15,15 +15,21 @@ use std::time::{Duration, Instant};
 /// Long enough that only the lab's death can end the run early.
 const LIMIT: Duration = Duration::from_secs(600);
 
-/// The sleeper's `sleep` argument: a number nothing else in the lab sleeps for, so that
-/// `pgrep` finds this process and no other.
-const NAP: &str = "1000.25";
+/// The file the sleeper creates in the guest's /run (a tmpfs of that VM) just before it
+/// sleeps, named for this test process and the run: only this run's sleeper makes it.
+fn mark(run: u32) -> String {
+    format!("/run/rxe-lab-dead-lab.{}.{run}", std::process::id())
+}
 
-fn sleeper() -> Vec<Role> {
+fn sleeper(run: u32) -> Vec<Role> {
     vec![
         Role::new(
             "sleeper",
-            ["sh", "-c", &format!("echo started; exec sleep {NAP}")],
+            [
+                "sh",
+                "-c",
+                &format!("echo started; touch {}; exec sleep 1000", mark(run)),
+            ],
         )
         .ready("started"),
     ]
@@ -35,43 +41,40 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-/// Waits until the sleeper runs in the lab: its `sleep` is in the guest's process table, as a
+/// Waits until this run's sleeper runs in the lab: its mark is in the guest's /run, as a
 /// second command on the same lab sees it. The deadline covers a slow boot under TCG.
-fn sleeper_runs(lab: &Testbed) -> Result<(), String> {
+fn sleeper_runs(lab: &Testbed, run: u32) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let probe = Cmd::new(["pgrep", "-f", &format!("^sleep {NAP}$")]);
+    let probe = Cmd::new(["test", "-e", &mark(run)]);
     let mut last = String::new();
     while Instant::now() < deadline {
         match lab.run(Node::A, &probe, Duration::from_secs(20)) {
             Ok(o) if o.status == ExitStatus::Code(0) => return Ok(()),
-            Ok(o) => {
-                last = format!(
-                    "pgrep: {:?} {}",
-                    o.status,
-                    String::from_utf8_lossy(&o.stderr)
-                )
-            }
+            Ok(o) => last = format!("test -e: {:?}", o.status),
             Err(e) => last = format!("{e:#}"),
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     Err(format!(
-        "the sleeper did not show in the lab's process table within 120 s ({last})"
+        "the sleeper's mark {} did not appear within 120 s ({last})",
+        mark(run)
     ))
 }
 
 /// Runs the sleeper, sends `act` once it runs, returns the run's error and how long it took
 /// from `act` on.
 fn run_and_break(lab: &Testbed, act: impl FnOnce() + Send) -> (String, Duration) {
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::thread::scope(|s| {
         let breaker = s.spawn(|| {
-            let seen = sleeper_runs(lab);
+            let seen = sleeper_runs(lab, run);
             // Act even if the sleeper was not seen: the run must end, and the test then fails
             // with the reason below, not after LIMIT.
             act();
             (seen, Instant::now())
         });
-        let r = run_roles_in(lab, &sleeper(), LIMIT);
+        let r = run_roles_in(lab, &sleeper(run), LIMIT);
         let ended = Instant::now();
         let (seen, acted) = breaker.join().unwrap();
         if let Err(why) = seen {
