@@ -30,9 +30,9 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
             .or_fail("cannot find our own executable")?
             .spawn()
             .or_fail("cannot start a worker")?;
-        // A worker waits at most --timeout for each of its few steps (the request, the
-        // connection, the messages, the disconnect): four times that bounds it.
-        let limit = 4 * timeout(o);
+        // Every wait of a worker ends within --timeout, and a run takes seconds; a worker
+        // still running after ten of those is stuck, and the supervisor gives up on it.
+        let limit = 10 * timeout(o);
         let Some(status) =
             lab::course::wait_or_kill(&mut child, limit).or_fail("waiting for a worker")?
         else {
