@@ -119,9 +119,10 @@ fn main() -> ExitCode {
         None => server::run(&args),
         Some(host) => client::run(&args, host),
     };
-    lab::course::exit_code(result.map(|ok| {
-        if !ok {
-            println!("FAILED: see above");
-        }
+    // A count that is not as predicted is a failure (exit status 1), not only a line.
+    lab::course::exit_code(result.and_then(|ok| {
+        lab::course::expect(ok, || {
+            "a count was not as predicted (the lines marked \"not as predicted\" above)".into()
+        })
     }))
 }
