@@ -48,6 +48,10 @@ pub struct RunRequest {
     pub timeout_ms: u64,
     /// Keep the command's stdin open for `Stdin` requests (else it reads end of file at once).
     pub stdin: bool,
+    /// A guest drops its page cache, dentries and inodes before the command
+    /// (`drop_caches` 3). The host asks for it when a file the command may execute changed
+    /// since the last drop (harness/README.md, "What the guest runs").
+    pub drop_caches: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +224,7 @@ impl Request {
                 e.bytes(r.cwd.as_bytes());
                 e.u64(r.timeout_ms);
                 e.u32(u32::from(r.stdin));
+                e.u32(u32::from(r.drop_caches));
                 e.finish()
             }
             Request::Stdin { id, data } => {
@@ -260,6 +265,9 @@ impl Request {
                 let cwd = d.string()?;
                 let timeout_ms = d.u64()?;
                 let stdin = d.u32()? != 0;
+                // A sender from before the field (a client older than its lab's daemon):
+                // drop, as every command did then.
+                let drop_caches = d.0.is_empty() || d.u32()? != 0;
                 Request::Run(RunRequest {
                     id,
                     argv,
@@ -267,6 +275,7 @@ impl Request {
                     cwd,
                     timeout_ms,
                     stdin,
+                    drop_caches,
                 })
             }
             T_STDIN => Request::Stdin {
@@ -421,6 +430,21 @@ mod tests {
     }
 
     #[test]
+    fn a_run_from_before_drop_caches_drops() {
+        let r = Request::Run(RunRequest {
+            argv: vec!["true".into()],
+            ..RunRequest::default()
+        });
+        let f = r.encode();
+        let (tag, body) = read_frame(&mut &f[..]).unwrap().unwrap();
+        let old = &body[..body.len() - 4];
+        match Request::decode(tag, old).unwrap() {
+            Request::Run(r) => assert!(r.drop_caches && r.argv == ["true"]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn every_message_roundtrips() {
         roundtrip_req(Request::Run(RunRequest {
             id: 7,
@@ -429,6 +453,7 @@ mod tests {
             cwd: "/tmp".into(),
             timeout_ms: 1234,
             stdin: true,
+            drop_caches: true,
         }));
         roundtrip_req(Request::Run(RunRequest::default()));
         roundtrip_req(Request::Kill { id: u32::MAX });

@@ -10,6 +10,7 @@
 //! serve requests to the lab's owner ([`Conn::serve_host`]) and send them
 //! ([`Conn::host_request`]).
 
+use crate::exec_files;
 use crate::proto::{self, ExitStatus, Reply, Request, RunRequest};
 use crate::runner::Runner;
 use std::collections::HashMap;
@@ -104,6 +105,10 @@ struct Inner {
     host: Mutex<Option<HostHandler>>,
     /// Our own `Host` requests waiting for their answer.
     answers: Mutex<HashMap<u32, mpsc::Sender<(bool, String)>>>,
+    /// The [`exec_files::fingerprint`] of the last command this connection asked the agent to
+    /// drop its caches for (none yet: the first command asks). Held while a `Run` is sent, so
+    /// that a command never overtakes the drop another one asked for.
+    dropped_for: Mutex<Option<u64>>,
 }
 
 /// How long a write to the agent may block (a peer that stopped reading): past it the write
@@ -267,6 +272,7 @@ impl Conn {
             next_id: AtomicU32::new(1),
             host: Mutex::new(None),
             answers: Mutex::new(HashMap::new()),
+            dropped_for: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -309,6 +315,7 @@ impl Conn {
                 next_id: AtomicU32::new(1),
                 host: Mutex::new(None),
                 answers: Mutex::new(HashMap::new()),
+                dropped_for: Mutex::new(None),
             }
         });
         Conn {
@@ -424,6 +431,11 @@ impl Conn {
             }
             g.map.insert(id, Arc::new(Mutex::new(Box::new(on_event))));
         }
+        // A guest drops its caches only when a file this command may execute changed since
+        // the last drop (crate::exec_files). A daemon's relay decides again for its VM.
+        let mut dropped_for = inner.dropped_for.lock().unwrap();
+        let files = exec_files::fingerprint(&cmd.argv, &cmd.cwd, &cmd.env);
+        let drop_caches = exec_files::always(&cmd.env) || *dropped_for != Some(files);
         let req = Request::Run(RunRequest {
             id,
             argv: cmd.argv.clone(),
@@ -431,10 +443,14 @@ impl Conn {
             cwd: cmd.cwd.clone(),
             timeout_ms: cmd.timeout.map(|t| t.as_millis() as u64).unwrap_or(0),
             stdin: cmd.stdin,
+            drop_caches,
         });
         if let Err(e) = inner.send(&req) {
             inner.routes.lock().unwrap().map.remove(&id);
             anyhow::bail!("{}: cannot send to the agent: {e}", inner.name);
+        }
+        if drop_caches {
+            *dropped_for = Some(files);
         }
         Ok(id)
     }

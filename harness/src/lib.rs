@@ -27,6 +27,7 @@ pub mod cli;
 pub mod conn;
 pub mod course;
 pub mod doc_commands;
+pub mod exec_files;
 pub mod exercises;
 pub mod initramfs;
 pub mod kernel;
