@@ -22,9 +22,35 @@ fail() { echo "lab-init: $*"; $bb poweroff -f; }
 for m in $($bb cat /mods/order); do $bb insmod /mods/$m || echo "lab-init: insmod $m failed"; done
 # LAB_GATE: the host saves (or has restored) the VM here, before the 9p mount that would block
 # it (harness/src/snapshot.rs); its go-ahead carries its time and random bytes.
-# The loopback lab's network and rxe0 (docs/conventions.md §2) are set up here too, so that the
-# saved state has them: busybox's ip and the host's rdma (in /rdma); busybox names a veth's peer
+# The lab's network and rxe0 (docs/conventions.md §2) are set up here too, so that the saved
+# state has them: busybox's ip and the host's rdma (in /rdma); busybox names a veth's peer
 # itself. The agent finds rxe0 and only waits for its GID; on a failure here it sets it up.
+# up GID: rxe0's port ACTIVE with the RoCE v2 GID of our address, within 10 s.
+up() {
+  g=/sys/class/infiniband/rxe0/ports/1; i=0
+  while [ $i -lt 1000 ]; do
+    $bb grep -q ACTIVE $g/state 2>/dev/null && $bb grep -qx 0000:0000:0000:0000:0000:ffff:$1 $g/gids/* 2>/dev/null && return 0
+    $bb usleep 10000; i=$((i+1))
+  done
+  return 1
+}
+# A pair node: its NIC (found by its MAC), its address, rxe0 on the NIC.
+pairnet() {
+  case "$LAB_NODE" in
+    a) mac=52:54:00:00:00:0a; ip=10.77.0.1; gid=0a4d:0001;;
+    b) mac=52:54:00:00:00:0b; ip=10.77.0.2; gid=0a4d:0002;;
+    *) return 1;;
+  esac
+  dev=
+  for n in /sys/class/net/*; do [ "$($bb cat $n/address 2>/dev/null)" = $mac ] && dev=${n##*/}; done
+  [ -n "$dev" ] || return 1
+  # On a failure before rxe0 exists, the address goes too: the agent then starts from scratch.
+  { $bb ip link set lo up && $bb ip addr add $ip/24 dev $dev && $bb ip link set $dev up &&
+    /rdma/ld.so --library-path /rdma /rdma/rdma link add rxe0 type rxe netdev $dev; } ||
+    { $bb ip addr flush dev $dev; return 1; }
+  up $gid
+}
+# The loopback VM: a veth pair, rxe0 on veth0.
 net() {
   $bb ip link set lo up && $bb ip link add labtmp0 type veth || return 1
   pi=$($bb cat /sys/class/net/labtmp0/iflink); peer=
@@ -34,15 +60,12 @@ net() {
   $bb ip link set labtmp0 name veth0 && $bb ip link set veth0 address 52:54:00:00:00:01 || return 1
   $bb ip addr add 10.99.0.1/24 dev veth0 && $bb ip link set veth0 up && $bb ip link set veth1 up || return 1
   /rdma/ld.so --library-path /rdma /rdma/rdma link add rxe0 type rxe netdev veth0 || return 1
-  g=/sys/class/infiniband/rxe0/ports/1; i=0
-  while [ $i -lt 1000 ]; do
-    $bb grep -q ACTIVE $g/state 2>/dev/null && $bb grep -qx 0000:0000:0000:0000:0000:ffff:0a63:0001 $g/gids/* 2>/dev/null && return 0
-    $bb usleep 10000; i=$((i+1))
-  done
-  return 1
+  up 0a63:0001
 }
 if [ -n "$LAB_GATE" ]; then
-  if [ -z "$LAB_NODE" ] && [ -x /rdma/ld.so ]; then net || echo "lab-init: the network before the gate failed"; fi
+  if [ -x /rdma/ld.so ]; then
+    if [ -z "$LAB_NODE" ]; then net; else pairnet; fi || echo "lab-init: the network before the gate failed"
+  fi
   gp=; i=0
   while [ -z "$gp" ] && [ $i -lt 500 ]; do
     for p in /sys/class/virtio-ports/*; do [ "$($bb cat $p/name 2>/dev/null)" = lab.gate ] && [ -e /dev/${p##*/} ] && gp=/dev/${p##*/}; done

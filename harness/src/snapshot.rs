@@ -22,8 +22,8 @@
 //!   one. The three newest of each kind are kept.
 //! - The pair ([`boot_pair`]): `snapshot-pair-a-<key>.qemu` and `snapshot-pair-b-<key>.qemu`,
 //!   whose keys add the node's NIC (its MAC) to the above; their command lines differ too
-//!   (`LAB_NODE`), so the nodes never share a file. At the gate a pair node has no network yet
-//!   (its agent sets up its address and rxe0 after the go-ahead, as in a cold boot). The NIC's
+//!   (`LAB_NODE`), so the nodes never share a file. At the gate a pair node already has its
+//!   address and rxe0 (init's `pairnet`), as the loopback VM has its veths and rxe0. The NIC's
 //!   `-netdev stream` backend is not in the saved state: the restored QEMU connects to the new
 //!   lab's cable, whose relay accepts it as it accepts a restarted node. Both nodes come up in
 //!   parallel; a node whose restore fails boots cold alone.

@@ -14,6 +14,7 @@
 //!
 //! Each test boots VMs: they take one lock so that they run one after the other.
 
+use harness::state_dir::StateDir;
 use harness::testbed::Testbed;
 use harness::vm::{self, BootPlan};
 use harness::vm_options::VmOptions;
@@ -265,6 +266,17 @@ fn a_second_pair_is_restored_each_node_from_its_own_file() {
             assert_eq!(
                 gid,
                 format!("0000:0000:0000:0000:0000:ffff:0a4d:000{}", i + 1)
+            );
+            // Init set the node's address and rxe0 up before the save: the restored agent only
+            // checked the GID (it logs `lab-agent: ip ... ms` when it sets the network up).
+            let console = std::fs::read_to_string(StateDir::at(&dir).console_log(n))
+                .expect("the node's console log");
+            assert!(
+                console.contains("lab-agent: setup done in")
+                    && !console.contains("lab-agent: ip ")
+                    && !console.contains("the network before the gate failed"),
+                "node {}: the network was not in the saved state:\n{console}",
+                n.name()
             );
             println!("node {}: {how}", n.name());
         }
