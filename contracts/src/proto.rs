@@ -49,8 +49,8 @@ pub struct RunRequest {
     /// Keep the command's stdin open for `Stdin` requests (else it reads end of file at once).
     pub stdin: bool,
     /// A guest drops its page cache, dentries and inodes before the command
-    /// (`drop_caches` 3). The host asks for it when a file the command may execute changed
-    /// since the last drop (harness/README.md, "What the guest runs").
+    /// (`drop_caches` 3). The host asks for it unless the command's files are the ones the
+    /// last drop was made for, unchanged (harness/README.md, "What the guest runs").
     pub drop_caches: bool,
 }
 

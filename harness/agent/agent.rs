@@ -164,9 +164,9 @@ fn serve(
                     // unused dentry and inode ("3"): whatever the command (or a shell it
                     // starts) executes is then looked up afresh and paged in from the host's
                     // current file. Only a file still mapped by a process that is running now
-                    // keeps its pages. The host asks for it whenever a file the command may
-                    // execute changed since the last drop (harness/README.md, "What the guest
-                    // runs"); a drop costs about 0.2 s under TCG.
+                    // keeps its pages. The host asks for it unless the command's files are the
+                    // ones the last drop was made for, unchanged (harness/README.md, "What the
+                    // guest runs"); a drop costs about 0.2 s under TCG.
                     drop_caches();
                 }
                 runner.run(r)

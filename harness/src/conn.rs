@@ -431,8 +431,8 @@ impl Conn {
             }
             g.map.insert(id, Arc::new(Mutex::new(Box::new(on_event))));
         }
-        // A guest drops its caches only when a file this command may execute changed since
-        // the last drop (crate::exec_files). A daemon's relay decides again for its VM.
+        // A guest drops its caches unless this command's files are the ones the last drop was
+        // made for, unchanged (crate::exec_files). A daemon's relay decides again for its VM.
         let mut dropped_for = inner.dropped_for.lock().unwrap();
         let files = exec_files::fingerprint(&cmd.argv, &cmd.cwd, &cmd.env);
         let drop_caches = exec_files::always(&cmd.env) || *dropped_for != Some(files);

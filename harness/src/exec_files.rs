@@ -4,9 +4,10 @@
 //! A guest reads the host's files over 9p under an overlay that keeps dentries and pages. A
 //! file rebuilt on the host while the guest holds pages of its old version would run as a mix
 //! of old and new pages, so the agent can drop every cache before a command (`drop_caches`
-//! 3, about 0.2 s under TCG, and the command's files then page in cold). It needs to only when
-//! something the command may execute changed since the last drop. [`fingerprint`] hashes the
-//! identity (device, inode, size, mtime, ctime) of:
+//! 3, about 0.2 s under TCG, and the command's files then page in cold). The host skips it when
+//! the command's [`fingerprint`] is the one the last drop was made for (the same files, none
+//! changed); any other command asks again. The fingerprint hashes the identity (device,
+//! inode, size, mtime, ctime) of:
 //! - every path in the command line, the words of a `sh -c` string included, resolved against
 //!   the command's working directory, and `argv[0]` found on `PATH`;
 //! - the working directory;
