@@ -75,7 +75,7 @@ pub fn new_qp(
 /// RTS with a much longer ACK timeout than lab's default (19: 4.096 us x 2^19 = 2.1 s per
 /// try). The default's 67 ms lets a loaded one-vCPU guest's late ACK end a transfer with
 /// `IBV_WC_RETRY_EXC_ERR (12)`. Even 268 ms (timeout 16) was too short for section 4's
-/// packet counts: in 2 of 22 quick runs on this lab the 1 MiB WRITE at path MTU 4096 took
+/// packet counts: in 2 of 18 quick runs on this lab the 1 MiB WRITE at path MTU 4096 took
 /// one ACK timeout, with no NAK (no packet arrived out of sequence), and resent its last 18
 /// and 77 packets. The timer that fired is rxe's retransmit timer, re-armed whenever an ACK
 /// is processed while packets are still outstanding (kernel 6.1's `rxe_comp.c`
