@@ -313,21 +313,8 @@ pub fn collect(
 /// Every documented command of the repository at `root`: its tracked Markdown files and the
 /// `//!` headers of its tracked Rust files, in path order (then line order).
 pub fn collect_repo(root: &Path) -> anyhow::Result<(Vec<DocCommand>, Vec<DocProblem>)> {
-    let out = duct::cmd!("git", "ls-files", "-z", "*.md", "*.rs")
-        .dir(root)
-        .stdin_null()
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-        .map_err(|e| anyhow::anyhow!("running git ls-files: {e}"))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "git ls-files failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let mut files: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let out = crate::host_tools::git(root, &["ls-files", "-z", "*.md", "*.rs"])?;
+    let mut files: Vec<String> = String::from_utf8_lossy(&out)
         .split('\0')
         .filter(|s| !s.is_empty())
         .map(String::from)

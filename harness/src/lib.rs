@@ -29,6 +29,7 @@ pub mod course;
 pub mod doc_commands;
 pub mod exec_files;
 pub mod exercises;
+pub mod host_tools;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_fetch;

@@ -433,13 +433,7 @@ pub fn rdma_entries() -> Vec<initramfs::Entry> {
     let Some(bin) = rdma_binary() else {
         return vec![];
     };
-    let Ok(out) = duct::cmd!("ldd", &bin)
-        .stdin_null()
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-    else {
+    let Ok(out) = crate::host_tools::captured(duct::cmd!("ldd", &bin)) else {
         return vec![];
     };
     let mut files = vec![("rdma".to_string(), bin)];

@@ -221,13 +221,7 @@ fn dpkg_version(root: Option<&Path>, pkg: &str) -> Option<String> {
         args.push(format!("--admindir={}", r.join("var/lib/dpkg").display()));
     }
     args.extend(["-W".into(), "-f=${Version}".into(), pkg.into()]);
-    let out = duct::cmd("dpkg-query", args)
-        .stdin_null()
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-        .ok()?;
+    let out = crate::host_tools::captured(duct::cmd("dpkg-query", args)).ok()?;
     let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && !v.is_empty()).then_some(v)
 }

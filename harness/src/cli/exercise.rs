@@ -12,6 +12,7 @@ use crate::course::Course;
 use crate::exercises::{Exercise, IMPL_VAR, Impl, Registry, panic_message};
 use anyhow::{Context as _, Result, bail};
 use clap::Subcommand;
+use std::ffi::OsStr;
 use std::io::{BufRead as _, IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -460,21 +461,14 @@ fn watch(
 
 fn reset(course: &Course, root: &Path, ex: &Exercise) -> Result<i32> {
     let (_, starter, _) = files(course, ex)?;
-    let out = duct::cmd!("git", "checkout", "HEAD", "--", &starter)
-        .dir(root)
-        .stdin_null()
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-        .context("running git (reset restores the starter from git)")?;
-    if !out.status.success() {
-        bail!(
-            "git checkout HEAD -- {} failed: {}",
-            starter.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    // reset restores the starter from git.
+    let args = [
+        OsStr::new("checkout"),
+        OsStr::new("HEAD"),
+        OsStr::new("--"),
+        starter.as_os_str(),
+    ];
+    crate::host_tools::git(root, &args)?;
     println!("{}: {} restored from git", ex.id, starter.display());
     Ok(0)
 }
