@@ -6,8 +6,8 @@
 //!
 //! | name | drawn from |
 //! |---|---|
-//! | `qp-states` | [`lab::transition`]: every legal RC transition with the attributes it requires |
-//! | `objects` | [`lab::tree::OBJECTS`]: the object tree, and [`lab::tree::teardown_order`] |
+//! | `qp-states` | `contracts::verbs::transition`: every legal RC transition with the attributes it requires |
+//! | `objects` | `contracts::verbs::tree::OBJECTS`: the object tree, and `teardown_order` |
 //! | `failures` | chapter 08's summary snapshot: each deliberate mistake and the status rxe gives |
 
 use std::fmt::Write as _;
@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use lab::{QpState, tree};
+use contracts::verbs::{QpState, tree};
 
 /// The names [`render`] knows.
 pub const NAMES: &[&str] = &["qp-states", "objects", "failures"];
@@ -64,7 +64,7 @@ pub fn svg(dot: &str) -> Result<String> {
 
 const STATES: &[QpState] = QpState::ALL;
 
-fn short_mask(m: lab::QpAttrMask) -> String {
+fn short_mask(m: contracts::verbs::QpAttrMask) -> String {
     m.iter_names()
         .map(|n| n.trim_start_matches("IBV_QP_"))
         .collect::<Vec<_>>()
@@ -84,7 +84,7 @@ pub fn qp_states() -> String {
     }
     for &from in STATES {
         for &to in STATES {
-            let Some(t) = lab::transition(from, to) else {
+            let Some(t) = contracts::verbs::transition(from, to) else {
                 continue;
             };
             let (f, d) = (from.short(), to.short());

@@ -9,15 +9,24 @@
 //!   (`loopback`, `pair`);
 //! - [`host`]: the requests a program sends to the lab's host (`freeze a`, `trace stop` ...)
 //!   and the host's replies (`ok N` or `err N`, a newline, then N bytes of text);
-//! - [`proto`]: the framed protocol between the host and the agent in each VM.
+//! - [`proto`]: the framed protocol between the host and the agent in each VM;
+//! - [`labels`]: the labelled forms chapters print (`qpn=0x00001a`), each with its format and
+//!   the placeholder a snapshot shows (`[QPN#1]`): the course's `show` prints from it, the
+//!   harness's redaction matches from it;
+//! - [`verbs`]: the verbs' pure tables (QP states and transitions, access flags, completion
+//!   statuses, errno names, the object tree), which `lab` re-exports and the book draws.
 //!
 //! std only, and nothing here links libibverbs: every crate of the workspace may use it. The
 //! guest agent is built without cargo (harness/build.rs runs `$RUSTC` on this crate, then on
 //! the agent with this crate as its one dependency), so this crate takes no dependencies.
 
+mod macros;
+
 pub mod host;
+pub mod labels;
 mod node;
 pub mod proto;
+pub mod verbs;
 
 pub use host::{HostReply, HostRequest, ParseReplyError, ParseRequestError, ReplyHead};
 pub use node::{Node, ParseNodeError, ParseTopologyError, Topology};

@@ -1,4 +1,6 @@
-//! The one redaction table (docs/conventions.md §1). Every snapshot goes through [`redact`].
+//! The redaction (docs/conventions.md §1). Every snapshot goes through [`redact`]. Its patterns
+//! are built from the labelled-output table, `contracts::labels`, the same rows the course's
+//! `show` prints from: a label, its format, its placeholder.
 //!
 //! Identifiers that must match across processes (a client's remote QPN is the server's local
 //! QPN) become numbered placeholders, numbered by first appearance over the whole text, by
@@ -13,6 +15,7 @@
 //! appearance). The link-local `fe80::` GID stays: it comes from the pinned MAC, and only the
 //! loopback device table of chapter 01 shows it.
 
+use contracts::labels::{self, Label, Redaction, Shape};
 use regex::{Captures, Regex};
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -20,7 +23,30 @@ use std::sync::OnceLock;
 /// A number-like value with an optional unit: `1.234ms`, `12.34MB/s`, `1234/s`, `1e-3s`.
 const VALUE: &str = r"[0-9][0-9.]*(?:[eE][+-]?[0-9]+)?[A-Za-zµ/]*";
 
+/// The pattern of what follows a label, by its shape in the table.
+fn value_pattern(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Hex { .. } => r"0[xX](?P<hex>[0-9a-fA-F]+)\b",
+        Shape::Duration | Shape::Figure => VALUE,
+        Shape::Integer => "[0-9]+",
+        Shape::Word => "[0-9A-Za-z.]+",
+    }
+}
+
+/// The pattern of one or more rows: `pre` keeps what precedes a label (start of line or a
+/// non-alphanumeric character), so `dest_qpn=` and `remote qpn=` are caught but `xqpn=` is not.
+fn pattern(rows: &[&Label]) -> Regex {
+    let alternatives: Vec<String> = rows.iter().map(|l| regex::escape(l.text)).collect();
+    Regex::new(&format!(
+        r"(?m)(?P<pre>^|[^A-Za-z0-9])(?P<label>{}){}",
+        alternatives.join("|"),
+        value_pattern(rows[0].shape)
+    ))
+    .expect("redaction regex")
+}
+
 struct Table {
+    /// One pattern per numbered kind (`qpn=` and `QPN ` share `QPN`), in table order.
     numbered: Vec<(Regex, &'static str)>,
     gid: Regex,
     fixed: Vec<(Regex, String)>,
@@ -29,32 +55,10 @@ struct Table {
 fn table() -> &'static Table {
     static T: OnceLock<Table> = OnceLock::new();
     T.get_or_init(|| {
-        // `pre` keeps what precedes a label (start of line or a non-alphanumeric character),
-        // so `dest_qpn=` and `remote qpn=` are caught but `xqpn=` is not.
-        let labelled = |labels: &str| {
-            Regex::new(&format!(
-                r"(?m)(?P<pre>^|[^A-Za-z0-9])(?P<label>{labels})0[xX](?P<hex>[0-9a-fA-F]+)\b"
-            ))
-            .expect("redaction regex")
-        };
-        let numbered = vec![
-            (labelled("qpn=|QPN "), "QPN"),
-            (labelled("psn=|PSN "), "PSN"),
-            (labelled("lkey="), "LKEY"),
-            (labelled("rkey="), "RKEY"),
-            (labelled("addr="), "ADDR"),
-        ];
-        let fixed_label = |label: &str, value: &str, placeholder: &str| {
-            (
-                Regex::new(&format!(
-                    r"(?m)(?P<pre>^|[^A-Za-z0-9])(?P<label>{label}){value}"
-                ))
-                .expect("redaction regex"),
-                format!("${{pre}}${{label}}{placeholder}"),
-            )
-        };
-        let fixed = vec![
-            // ibv_rc_pingpong's figures.
+        let mut kinds: Vec<&'static str> = Vec::new();
+        let mut fixed = vec![
+            // ibv_rc_pingpong's figures (the lines `show::pingpong_bandwidth` and
+            // `show::pingpong_latency` print as rdma-core's tool does): not labelled forms.
             (
                 Regex::new(r"(\d+ bytes in )[0-9.]+( seconds = )[0-9.]+( Mbit/sec)").unwrap(),
                 "${1}[ELAPSED]${2}[RATE]${3}".to_string(),
@@ -63,13 +67,25 @@ fn table() -> &'static Table {
                 Regex::new(r"(\d+ iters in )[0-9.]+( seconds = )[0-9.]+( usec/iter)").unwrap(),
                 "${1}[ELAPSED]${2}[LAT]${3}".to_string(),
             ),
-            fixed_label("elapsed=", VALUE, "[ELAPSED]"),
-            fixed_label("cpu=", VALUE, "[CPU]"),
-            fixed_label("lat=", VALUE, "[LAT]"),
-            fixed_label("rate=", VALUE, "[RATE]"),
-            fixed_label("ops=", VALUE, "[RATE]"),
-            fixed_label("pid=", "[0-9]+", "[PID]"),
         ];
+        for row in labels::all() {
+            match row.redaction {
+                Redaction::Numbered(kind) if !kinds.contains(&kind) => kinds.push(kind),
+                Redaction::Fixed(placeholder) => {
+                    fixed.push((pattern(&[row]), format!("${{pre}}${{label}}{placeholder}")))
+                }
+                Redaction::Numbered(_) | Redaction::Kept => {}
+            }
+        }
+        let numbered = kinds
+            .into_iter()
+            .map(|kind| {
+                let rows: Vec<&Label> = labels::all()
+                    .filter(|l| l.redaction == Redaction::Numbered(kind))
+                    .collect();
+                (pattern(&rows), kind)
+            })
+            .collect();
         let gid = Regex::new(r"::ffff:(?P<v4>[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})\b")
             .expect("redaction regex");
         Table {

@@ -26,47 +26,15 @@ use std::time::Duration;
 // work completion and this module name each other: `Error::Completion` holds a
 // `WorkCompletion`, and `WorkCompletion::ok` returns this `Error`.
 use crate::cq::wc::WorkCompletion;
-use crate::mr::access::AccessFlags;
+use crate::mr::AccessFlags;
 use crate::qp::state_machine::{QpAttrMask, QpState};
 
 /// `Result` with [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An errno value, printed as `EINVAL (22)` (docs/conventions.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// The calling thread's current `errno`.
-    pub fn last() -> Errno {
-        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-    }
-
-    /// The symbolic name (`"EINVAL"`), or `"E?"` for a number the one errno table
-    /// ([`crate::show::errno_name`]) does not know.
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            0 => "0",
-            n => crate::show::errno_name(n).unwrap_or("E?"),
-        }
-    }
-
-    /// `strerror(3)`'s text ("Invalid argument").
-    pub fn description(self) -> String {
-        let s = std::io::Error::from_raw_os_error(self.0).to_string();
-        // std appends " (os error N)": the number is printed by Display already.
-        match s.rfind(" (os error") {
-            Some(i) => s[..i].to_string(),
-            None => s,
-        }
-    }
-}
-
-impl fmt::Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
+/// An errno value, printed as `EINVAL (22)` (docs/conventions.md): the workspace's one errno
+/// type and name table, in the `contracts` crate.
+pub use contracts::verbs::Errno;
 
 /// An optional hint printed after an error ("hint: ..."). Empty for most errors.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -426,11 +394,62 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errno_prints_name_and_number() {
-        assert_eq!(Errno(22).to_string(), "EINVAL (22)");
-        assert_eq!(Errno(16).to_string(), "EBUSY (16)");
-        assert_eq!(Errno(12).name(), "ENOMEM");
-        assert_eq!(Errno(22).description(), "Invalid argument");
+    fn errno_table_matches_libc() {
+        use libc::*;
+        let known = [
+            EPERM,
+            ENOENT,
+            EINTR,
+            EIO,
+            EBADF,
+            EAGAIN,
+            ENOMEM,
+            EACCES,
+            EFAULT,
+            EBUSY,
+            EEXIST,
+            ENODEV,
+            EINVAL,
+            ENOSPC,
+            EPIPE,
+            ERANGE,
+            ENOSYS,
+            ENODATA,
+            ETIME,
+            EPROTO,
+            EOVERFLOW,
+            EMSGSIZE,
+            EOPNOTSUPP,
+            EAFNOSUPPORT,
+            EADDRINUSE,
+            EADDRNOTAVAIL,
+            ENETDOWN,
+            ENETUNREACH,
+            ECONNABORTED,
+            ECONNRESET,
+            ENOBUFS,
+            EISCONN,
+            ENOTCONN,
+            ETIMEDOUT,
+            ECONNREFUSED,
+            EHOSTUNREACH,
+            EALREADY,
+            EINPROGRESS,
+            ECANCELED,
+            ENOTRECOVERABLE,
+        ];
+        for n in known {
+            let name = Errno(n).name();
+            assert_ne!(name, "E?", "{n}");
+            // The table's number for that name is libc's.
+            let back = contracts::verbs::errno::ERRNOS
+                .iter()
+                .find(|(_, nm)| *nm == name)
+                .map(|(v, _)| *v);
+            assert_eq!(back, Some(n), "{name}");
+        }
+        assert_eq!(Errno(EINVAL).to_string(), "EINVAL (22)");
+        assert_eq!(Errno(ENOMEM).description(), "Cannot allocate memory");
     }
 
     #[test]

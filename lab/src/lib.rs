@@ -101,7 +101,8 @@ pub mod process;
 pub mod qp;
 pub mod show;
 pub mod srq;
-pub mod tree;
+/// The verbs' object tree as data (the `contracts` crate's table, which the book draws).
+pub use contracts::verbs::tree;
 pub mod wr;
 
 pub use ah::{AddressHandle, UD_GRH_BYTES};
@@ -127,3 +128,33 @@ pub use qp::{
 };
 pub use srq::{SharedReceiveQueue, SrqAttr};
 pub use wr::{InlineSge, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+
+#[cfg(test)]
+mod tree_tests {
+    use crate::tree::OBJECTS;
+
+    #[test]
+    fn lab_types_exist() {
+        // The names are the re-exported types: a rename breaks this test, not the book.
+        let names = [
+            std::any::type_name::<crate::Context>(),
+            std::any::type_name::<crate::ProtectionDomain>(),
+            std::any::type_name::<crate::CompletionChannel>(),
+            std::any::type_name::<crate::CompletionQueue>(),
+            std::any::type_name::<crate::MemoryRegion>(),
+            std::any::type_name::<crate::MemoryWindow>(),
+            std::any::type_name::<crate::SharedReceiveQueue>(),
+            std::any::type_name::<crate::AddressHandle>(),
+            std::any::type_name::<crate::QueuePair<crate::state::Rts>>(),
+        ];
+        for o in OBJECTS {
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n.contains(&format!("::{}", o.lab_type))),
+                "{} is not a lab type: {names:?}",
+                o.lab_type
+            );
+        }
+    }
+}

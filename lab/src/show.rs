@@ -1,11 +1,11 @@
 //! `lab::show`: the one place that formats identifiers and figures for output.
 //!
 //! Every chapter prints QP numbers, PSNs, keys, addresses, GIDs, timings and rates through
-//! this module, in the fixed labelled forms of `docs/conventions.md` §1. The harness redacts
-//! exactly these forms in snapshots (`qpn=0x00001a` becomes `qpn=[QPN#1]`, `elapsed=1.234ms`
-//! becomes `elapsed=[ELAPSED]`, ...), so a value printed any other way would leak into a
-//! snapshot and make it churn. If you need a new form, add it here *and* to the redaction
-//! table, in one commit.
+//! this module, in the fixed labelled forms of `docs/conventions.md` §1. Each form is a row of
+//! one table, `contracts::labels` (label, format, placeholder), from which the harness builds
+//! its redaction too (`qpn=0x00001a` becomes `qpn=[QPN#1]`, `elapsed=1.234ms` becomes
+//! `elapsed=[ELAPSED]`, ...). A value printed any other way would leak into a snapshot and make
+//! it churn; a new form is a new row there and a function here.
 //!
 //! Each function returns a small value that implements [`Display`](fmt::Display), so it
 //! composes with `println!` without allocating:
@@ -24,77 +24,51 @@
 //! chapter 06's output can be compared with the C tool's line by line.
 
 use std::fmt;
-use std::net::Ipv6Addr;
 use std::time::Duration;
 
+use contracts::labels::{self, Label};
+
 // ---------------------------------------------------------------------------------------------
-// Identifiers: fixed-width lowercase hex with a label.
+// Identifiers: fixed-width lowercase hex with a label, each a row of the labelled-output table
+// (`contracts::labels`), which the harness's redaction reads too.
 // ---------------------------------------------------------------------------------------------
 
 /// A labelled hexadecimal identifier such as `qpn=0x00001a` or `QPN 0x00001a`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Labelled {
-    label: &'static str,
-    sep: &'static str,
-    width: usize,
-    value: u64,
-}
-
-impl fmt::Display for Labelled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}{}0x{:0width$x}",
-            self.label,
-            self.sep,
-            self.value,
-            width = self.width
-        )
-    }
-}
-
-const fn labelled(label: &'static str, sep: &'static str, width: usize, value: u64) -> Labelled {
-    Labelled {
-        label,
-        sep,
-        width,
-        value,
-    }
-}
+pub use contracts::labels::Hexed as Labelled;
 
 /// A QP number: `qpn=0x00001a` (6 hex digits; QPNs are 24 bits).
 pub const fn qpn(qpn: u32) -> Labelled {
-    labelled("qpn", "=", 6, qpn as u64)
+    labels::QPN.hex(qpn as u64)
 }
 
 /// A QP number in `ibv_rc_pingpong`'s style: `QPN 0x00001a`.
 pub const fn qpn_upper(qpn: u32) -> Labelled {
-    labelled("QPN", " ", 6, qpn as u64)
+    labels::QPN_UPPER.hex(qpn as u64)
 }
 
 /// A packet sequence number: `psn=0x1b2c3d` (6 hex digits; PSNs are 24 bits).
 pub const fn psn(psn: u32) -> Labelled {
-    labelled("psn", "=", 6, psn as u64)
+    labels::PSN.hex(psn as u64)
 }
 
 /// A PSN in `ibv_rc_pingpong`'s style: `PSN 0x1b2c3d`.
 pub const fn psn_upper(psn: u32) -> Labelled {
-    labelled("PSN", " ", 6, psn as u64)
+    labels::PSN_UPPER.hex(psn as u64)
 }
 
 /// A local key (`ibv_mr.lkey`): `lkey=0x0000120a` (8 hex digits).
 pub const fn lkey(lkey: u32) -> Labelled {
-    labelled("lkey", "=", 8, lkey as u64)
+    labels::LKEY.hex(lkey as u64)
 }
 
 /// A remote key (`ibv_mr.rkey`, or a memory window's rkey): `rkey=0x0000120a`.
 pub const fn rkey(rkey: u32) -> Labelled {
-    labelled("rkey", "=", 8, rkey as u64)
+    labels::RKEY.hex(rkey as u64)
 }
 
 /// A virtual address: `addr=0x00007f12aabb0000` (16 hex digits).
 pub const fn addr(addr: u64) -> Labelled {
-    labelled("addr", "=", 16, addr)
+    labels::ADDR.hex(addr)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -102,45 +76,17 @@ pub const fn addr(addr: u64) -> Labelled {
 // ---------------------------------------------------------------------------------------------
 
 /// A GID in IPv6 text form, as `inet_ntop(AF_INET6, ...)` prints it (which is what
-/// `ibv_rc_pingpong` and `ibv_devinfo -v` show). With a label: `gid=::ffff:10.99.0.1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gid {
-    raw: [u8; 16],
-    labelled: bool,
-}
-
-impl fmt::Display for Gid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.labelled {
-            f.write_str("gid=")?;
-        }
-        let b = &self.raw;
-        // glibc's inet_ntop also prints the deprecated "IPv4-compatible" form ::a.b.c.d with a
-        // dotted quad, where Rust's Ipv6Addr prints hex words; match glibc so the Rust and C
-        // tools print the same text for the same GID.
-        let compat_v4 = b[..12].iter().all(|&x| x == 0) && (b[12] != 0 || b[13] != 0);
-        if compat_v4 {
-            write!(f, "::{}.{}.{}.{}", b[12], b[13], b[14], b[15])
-        } else {
-            write!(f, "{}", Ipv6Addr::from(*b))
-        }
-    }
-}
+/// `ibv_rc_pingpong` and `ibv_devinfo -v` show, and what [`crate::Gid`] prints).
+pub use contracts::labels::GidText;
 
 /// A GID with its label: `gid=::ffff:10.99.0.1`.
-pub const fn gid(gid: &[u8; 16]) -> Gid {
-    Gid {
-        raw: *gid,
-        labelled: true,
-    }
+pub const fn gid(gid: &[u8; 16]) -> GidText {
+    GidText::labelled(gid)
 }
 
 /// A GID without a label, for sentences and tables: `::ffff:10.99.0.1`.
-pub const fn gid_bare(gid: &[u8; 16]) -> Gid {
-    Gid {
-        raw: *gid,
-        labelled: false,
-    }
+pub const fn gid_bare(gid: &[u8; 16]) -> GidText {
+    GidText::bare(gid)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -153,14 +99,14 @@ pub const fn gid_bare(gid: &[u8; 16]) -> Gid {
 /// `us`, `ms` or `s`, whichever keeps the number below 1000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    label: &'static str,
+    label: Option<&'static Label>,
     d: Duration,
 }
 
 impl fmt::Display for Timing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.label.is_empty() {
-            write!(f, "{}=", self.label)?;
+        if let Some(l) = self.label {
+            f.write_str(l.text)?;
         }
         write_duration(f, self.d)
     }
@@ -187,19 +133,25 @@ fn write_duration(f: &mut fmt::Formatter<'_>, d: Duration) -> fmt::Result {
 /// Wall-clock time of a step: `elapsed=1.234ms`.
 pub const fn elapsed(d: Duration) -> Timing {
     Timing {
-        label: "elapsed",
+        label: Some(&labels::ELAPSED),
         d,
     }
 }
 
 /// CPU time a process or step used: `cpu=0.345ms`.
 pub const fn cpu(d: Duration) -> Timing {
-    Timing { label: "cpu", d }
+    Timing {
+        label: Some(&labels::CPU),
+        d,
+    }
 }
 
 /// A latency (one operation, a median, a p99): `lat=12.300us`.
 pub const fn lat(d: Duration) -> Timing {
-    Timing { label: "lat", d }
+    Timing {
+        label: Some(&labels::LAT),
+        d,
+    }
 }
 
 /// A duration with no label, e.g. for a table cell: `1.234ms`.
@@ -207,7 +159,7 @@ pub const fn lat(d: Duration) -> Timing {
 /// Careful: the harness redacts only labelled timings; use this only where the value is
 /// not part of a snapshot, or label it yourself with a form the redaction table knows.
 pub const fn duration_bare(d: Duration) -> Timing {
-    Timing { label: "", d }
+    Timing { label: None, d }
 }
 
 /// A byte rate: `rate=12.34MB/s` (decimal units: `B/s`, `KB/s`, `MB/s`, `GB/s`, 1 KB = 1000 B).
@@ -225,7 +177,13 @@ impl fmt::Display for Rate {
                 pick = u;
             }
         }
-        write!(f, "rate={:.2}{}", self.per_sec / pick.1, pick.0)
+        write!(
+            f,
+            "{}{:.2}{}",
+            labels::RATE.text,
+            self.per_sec / pick.1,
+            pick.0
+        )
     }
 }
 
@@ -250,9 +208,9 @@ pub struct Ops {
 impl fmt::Display for Ops {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.per_sec >= 100.0 {
-            write!(f, "ops={:.0}/s", self.per_sec)
+            write!(f, "{}{:.0}/s", labels::OPS.text, self.per_sec)
         } else {
-            write!(f, "ops={:.2}/s", self.per_sec)
+            write!(f, "{}{:.2}/s", labels::OPS.text, self.per_sec)
         }
     }
 }
@@ -270,7 +228,7 @@ pub struct Pid(u32);
 
 impl fmt::Display for Pid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pid={}", self.0)
+        write!(f, "{}{}", labels::PID.text, self.0)
     }
 }
 
@@ -282,126 +240,31 @@ pub const fn pid(pid: u32) -> Pid {
 /// A path MTU or port MTU in bytes: `mtu=1024`. Not redacted (it is part of what a chapter
 /// teaches, and stable on the lab's network).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mtu(u32);
+pub struct MtuBytes(u32);
 
-impl fmt::Display for Mtu {
+impl fmt::Display for MtuBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mtu={}", self.0)
+        write!(f, "{}{}", labels::MTU.text, self.0)
     }
 }
 
 /// A path MTU or port MTU in bytes: `mtu=1024`.
-pub const fn mtu(bytes: u32) -> Mtu {
-    Mtu(bytes)
+pub const fn mtu(bytes: u32) -> MtuBytes {
+    MtuBytes(bytes)
 }
 
 // ---------------------------------------------------------------------------------------------
 // errno
 // ---------------------------------------------------------------------------------------------
 
-/// An errno as its symbolic name and number: `EINVAL (22)`; unknown values print as
-/// `errno 123`. Not redacted: the errno is what a failure-mode chapter shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Errno(i32);
+/// The workspace's one errno type and name table (`contracts::verbs::errno`), which
+/// [`crate::Errno`] is too.
+pub use contracts::verbs::{Errno, errno_name};
 
-impl fmt::Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match errno_name(self.0) {
-            Some(name) => write!(f, "{name} ({})", self.0),
-            None => write!(f, "errno {}", self.0),
-        }
-    }
-}
-
-/// An errno as its symbolic name and number: `EINVAL (22)`.
+/// An errno as its symbolic name and number: `EINVAL (22)` (`errno 123` for a number the
+/// table does not know). Not redacted: the errno is what a failure-mode chapter shows.
 pub const fn errno(errno: i32) -> Errno {
     Errno(errno)
-}
-
-/// The symbolic name of an errno (`22` -> `"EINVAL"`), for the values verbs, the CM and the
-/// socket calls produce. `None` for anything else (and for negative values). The one errno
-/// table of `lab`: [`crate::Errno::name`] reads it too.
-pub fn errno_name(errno: i32) -> Option<&'static str> {
-    use libc::*;
-    // EWOULDBLOCK == EAGAIN, ENOTSUP == EOPNOTSUPP and EDEADLOCK == EDEADLK on Linux: listed once.
-    Some(match errno {
-        EPERM => "EPERM",
-        ENOENT => "ENOENT",
-        ESRCH => "ESRCH",
-        EINTR => "EINTR",
-        EIO => "EIO",
-        ENXIO => "ENXIO",
-        E2BIG => "E2BIG",
-        ENOEXEC => "ENOEXEC",
-        EBADF => "EBADF",
-        ECHILD => "ECHILD",
-        EAGAIN => "EAGAIN",
-        ENOMEM => "ENOMEM",
-        EACCES => "EACCES",
-        EFAULT => "EFAULT",
-        EBUSY => "EBUSY",
-        EEXIST => "EEXIST",
-        EXDEV => "EXDEV",
-        ENODEV => "ENODEV",
-        ENOTDIR => "ENOTDIR",
-        EISDIR => "EISDIR",
-        EINVAL => "EINVAL",
-        ENFILE => "ENFILE",
-        EMFILE => "EMFILE",
-        ENOTTY => "ENOTTY",
-        EFBIG => "EFBIG",
-        ENOSPC => "ENOSPC",
-        ESPIPE => "ESPIPE",
-        EROFS => "EROFS",
-        EMLINK => "EMLINK",
-        EPIPE => "EPIPE",
-        EDOM => "EDOM",
-        ERANGE => "ERANGE",
-        EDEADLK => "EDEADLK",
-        ENAMETOOLONG => "ENAMETOOLONG",
-        ENOLCK => "ENOLCK",
-        ENOSYS => "ENOSYS",
-        ENOTEMPTY => "ENOTEMPTY",
-        ELOOP => "ELOOP",
-        ENOMSG => "ENOMSG",
-        EIDRM => "EIDRM",
-        ENODATA => "ENODATA",
-        ETIME => "ETIME",
-        EPROTO => "EPROTO",
-        EBADMSG => "EBADMSG",
-        EOVERFLOW => "EOVERFLOW",
-        EILSEQ => "EILSEQ",
-        ENOTSOCK => "ENOTSOCK",
-        EDESTADDRREQ => "EDESTADDRREQ",
-        EMSGSIZE => "EMSGSIZE",
-        EPROTOTYPE => "EPROTOTYPE",
-        ENOPROTOOPT => "ENOPROTOOPT",
-        EPROTONOSUPPORT => "EPROTONOSUPPORT",
-        EOPNOTSUPP => "EOPNOTSUPP",
-        EAFNOSUPPORT => "EAFNOSUPPORT",
-        EADDRINUSE => "EADDRINUSE",
-        EADDRNOTAVAIL => "EADDRNOTAVAIL",
-        ENETDOWN => "ENETDOWN",
-        ENETUNREACH => "ENETUNREACH",
-        ENETRESET => "ENETRESET",
-        ECONNABORTED => "ECONNABORTED",
-        ECONNRESET => "ECONNRESET",
-        ENOBUFS => "ENOBUFS",
-        EISCONN => "EISCONN",
-        ENOTCONN => "ENOTCONN",
-        ETIMEDOUT => "ETIMEDOUT",
-        ECONNREFUSED => "ECONNREFUSED",
-        EHOSTDOWN => "EHOSTDOWN",
-        EHOSTUNREACH => "EHOSTUNREACH",
-        EALREADY => "EALREADY",
-        EINPROGRESS => "EINPROGRESS",
-        ESTALE => "ESTALE",
-        EDQUOT => "EDQUOT",
-        ECANCELED => "ECANCELED",
-        EOWNERDEAD => "EOWNERDEAD",
-        ENOTRECOVERABLE => "ENOTRECOVERABLE",
-        _ => return None,
-    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,10 +2,12 @@
 //! and an SVG of the same lines for the docs.
 //!
 //! A line: `a -> b  RDMA_WRITE_ONLY  psn=0x3a1f2c len=83 qpn=0x000011 rkey=0x0000120a ...`.
-//! Identifiers are printed with the labels of the redaction table (`qpn=`, `psn=`, `rkey=`,
-//! `addr=`), so [`crate::redact::redact`] numbers them like everything else in a transcript.
+//! Identifiers are printed from the labelled-output table (`contracts::labels`: `qpn=`, `psn=`,
+//! `rkey=`, `addr=`), so [`crate::redact::redact`] numbers them like everything else in a
+//! transcript.
 
 use super::decode::{AckKind, Packet, nak_name, opcode_name, rnr_timer_us};
+use contracts::labels;
 
 /// The fields of one packet after its direction and opcode.
 pub fn fields(p: &Packet) -> String {
@@ -15,7 +17,7 @@ pub fn fields(p: &Packet) -> String {
     let mut f = if ud {
         vec![]
     } else {
-        vec![format!("psn={:#08x}", p.psn)]
+        vec![labels::PSN.hex(p.psn.into()).to_string()]
     };
     if let Some(a) = p.aeth {
         f.push(match a.kind() {
@@ -33,7 +35,7 @@ pub fn fields(p: &Packet) -> String {
     if p.payload_len > 0 || op <= 0x0b || (0x0d..=0x10).contains(&op) || op >= 0x16 {
         f.push(format!("len={}", p.payload_len));
     }
-    f.push(format!("qpn={:#08x}", p.dest_qp));
+    f.push(labels::QPN.hex(p.dest_qp.into()).to_string());
     if p.ack_req {
         f.push("ackreq".into());
     }
@@ -47,17 +49,27 @@ pub fn fields(p: &Packet) -> String {
             ));
         }
         if let (Some(q), Some(s)) = (m.qpn, m.start_psn) {
-            f.push(format!("local_qpn={q:#08x} start_psn={s:#08x}"));
+            f.push(format!(
+                "local_{} start_{}",
+                labels::QPN.hex(q.into()),
+                labels::PSN.hex(s.into())
+            ));
         }
     }
     if let Some(r) = p.reth {
         f.push(format!(
-            "addr={:#018x} rkey={:#010x} dmalen={}",
-            r.va, r.rkey, r.dma_len
+            "{} {} dmalen={}",
+            labels::ADDR.hex(r.va),
+            labels::RKEY.hex(r.rkey.into()),
+            r.dma_len
         ));
     }
     if let Some(a) = p.atomic {
-        f.push(format!("addr={:#018x} rkey={:#010x}", a.va, a.rkey));
+        f.push(format!(
+            "{} {}",
+            labels::ADDR.hex(a.va),
+            labels::RKEY.hex(a.rkey.into())
+        ));
         if p.opcode & 0x1f == 0x13 {
             f.push(format!("compare={} swap={}", a.compare, a.swap_add));
         } else {

@@ -44,8 +44,10 @@ impl Gid {
 }
 
 impl fmt::Display for Gid {
+    /// The IPv6 text form as glibc's `inet_ntop` writes it, like the C tools and
+    /// [`crate::show::gid_bare`] (one formatter: `contracts::labels::GidText`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.to_ipv6(), f)
+        fmt::Display::fmt(&contracts::labels::GidText::bare(&self.0), f)
     }
 }
 

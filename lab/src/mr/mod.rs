@@ -18,9 +18,7 @@ use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::Sge;
 
-pub(crate) mod access;
-
-pub use access::AccessFlags;
+pub use contracts::verbs::AccessFlags;
 
 /// The system page size (`sysconf(_SC_PAGESIZE)`).
 pub fn page_size() -> usize {

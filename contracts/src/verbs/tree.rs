@@ -1,10 +1,11 @@
 //! The verbs' object tree as data: which object is created from which, by which verb, and the
 //! teardown order that follows from it (children before parents). Pure: no verb is called here.
 //!
-//! `lab`'s ownership mirrors this table: each child type keeps its parents alive (an
-//! [`crate::MemoryRegion`] holds its [`crate::ProtectionDomain`], a [`crate::QueuePair`] its
-//! PD and CQs), so dropping in any order frees in [`teardown_order`]. The course's book draws
-//! its object-tree diagram from [`OBJECTS`].
+//! `lab`'s ownership mirrors this table: each child type keeps its parents alive (a
+//! `lab::MemoryRegion` holds its `lab::ProtectionDomain`, a `lab::QueuePair` its PD and CQs),
+//! so dropping in any order frees in [`teardown_order`]; `lab`'s unit tests check that every
+//! `lab_type` named here is one of its types. The course's book draws its object-tree diagram
+//! from [`OBJECTS`] without linking libibverbs.
 
 /// One kind of verbs object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,30 +179,5 @@ mod tests {
             .filter(|n| promised.contains(n))
             .collect();
         assert_eq!(got, promised);
-    }
-
-    #[test]
-    fn lab_types_exist() {
-        // The names are the re-exported types: a rename breaks this test, not the book.
-        let names = [
-            std::any::type_name::<crate::Context>(),
-            std::any::type_name::<crate::ProtectionDomain>(),
-            std::any::type_name::<crate::CompletionChannel>(),
-            std::any::type_name::<crate::CompletionQueue>(),
-            std::any::type_name::<crate::MemoryRegion>(),
-            std::any::type_name::<crate::MemoryWindow>(),
-            std::any::type_name::<crate::SharedReceiveQueue>(),
-            std::any::type_name::<crate::AddressHandle>(),
-            std::any::type_name::<crate::QueuePair<crate::state::Rts>>(),
-        ];
-        for o in OBJECTS {
-            assert!(
-                names
-                    .iter()
-                    .any(|n| n.contains(&format!("::{}", o.lab_type))),
-                "{} is not a lab type: {names:?}",
-                o.lab_type
-            );
-        }
     }
 }

@@ -1,7 +1,6 @@
-//! `enum ibv_access_flags`: what a memory region (or a queue pair) allows. A leaf module (no
-//! dependency on the rest of `lab`), so that `lab::error` can name the flags without a cycle.
+//! `enum ibv_access_flags`: what a memory region (or a queue pair) allows.
 
-use crate::flags::flag_set;
+use crate::flag_set;
 
 flag_set! {
     /// `enum ibv_access_flags`: what the memory (or a QP) allows (`ibv_reg_mr(3)`).
