@@ -9,15 +9,22 @@
 //!   (`loopback`, `pair`);
 //! - [`host`]: the requests a program sends to the lab's host (`freeze a`, `trace stop` ...)
 //!   and the host's replies (`ok N` or `err N`, a newline, then N bytes of text);
-//! - [`proto`]: the framed protocol between the host and the agent in each VM.
+//! - [`proto`]: the framed protocol between the host and the agent in each VM;
+//! - [`hints`]: the catalogue of the hints `lab` gives with an error, each with a stable code
+//!   ([`HintCode`]), which `lab` prints and the book lists;
+//! - [`failures`]: chapter 08's failure cases, what rxe produces for each and the hint it
+//!   names, which the chapter checks and the book draws.
 //!
 //! std only, and nothing here links libibverbs: every crate of the workspace may use it. The
 //! guest agent is built without cargo (harness/build.rs runs `$RUSTC` on this crate, then on
 //! the agent with this crate as its one dependency), so this crate takes no dependencies.
 
+pub mod failures;
+pub mod hints;
 pub mod host;
 mod node;
 pub mod proto;
 
+pub use hints::{HintCode, HintForm, ParseHintCodeError};
 pub use host::{HostReply, HostRequest, ParseReplyError, ParseRequestError, ReplyHead};
 pub use node::{Node, ParseNodeError, ParseTopologyError, Topology};
