@@ -322,9 +322,8 @@ mod tests {
                     && !c.starts_with('-')
                     && !c.ends_with('-')
                     && !c.contains("--")
-                    && c.chars().all(|ch| ch.is_ascii_lowercase()
-                        || ch.is_ascii_digit()
-                        || ch == '-'),
+                    && c.chars()
+                        .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-'),
                 "{c}: lowercase words joined by hyphens"
             );
             assert_eq!(c.parse::<HintCode>(), Ok(h));
@@ -340,7 +339,10 @@ mod tests {
             assert!(!t.is_empty() && !t.contains('\n'), "{h}: {t:?}");
             assert!(!t.starts_with("hint:"), "{h}: the printer adds `hint: `");
             assert_eq!(t, t.trim(), "{h}");
-            assert!(!t.contains("  "), "{h}: a doubled space (a line break in the source?)");
+            assert!(
+                !t.contains("  "),
+                "{h}: a doubled space (a line break in the source?)"
+            );
         }
     }
 
