@@ -125,7 +125,9 @@ impl fmt::Display for Hint {
 macro_rules! verbs {
     ($($variant:ident => $name:literal,)*) => {
         /// A C call of libibverbs (`ibv_*`) or librdmacm (`rdma_*`) that can fail: what
-        /// [`Error::Verb`] names. `Display` prints the C name.
+        /// [`Error::Verb`] names. `Display` prints the C name. One is no call:
+        /// `rdma_cm_id.verbs`, the id's device, which `CmId::context` reads before the id has
+        /// one.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum Verb {
