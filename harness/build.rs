@@ -12,6 +12,8 @@ use std::process::Command;
 /// The contracts crate's sources, relative to this package.
 const CONTRACTS: &[&str] = &[
     "../contracts/src/lib.rs",
+    "../contracts/src/failures.rs",
+    "../contracts/src/hints.rs",
     "../contracts/src/host.rs",
     "../contracts/src/node.rs",
     "../contracts/src/proto.rs",

@@ -15,6 +15,10 @@
 //!   harness's redaction matches from it;
 //! - [`verbs`]: the verbs' pure tables (QP states and transitions, access flags, completion
 //!   statuses, errno names, the object tree), which `lab` re-exports and the book draws.
+//! - [`hints`]: the catalogue of the hints `lab` gives with an error, each with a stable code
+//!   ([`HintCode`]), which `lab` prints and the book lists;
+//! - [`failures`]: chapter 08's failure cases, what rxe produces for each and the hint it
+//!   names, which the chapter checks and the book draws.
 //!
 //! std only, and nothing here links libibverbs: every crate of the workspace may use it. The
 //! guest agent is built without cargo (harness/build.rs runs `$RUSTC` on this crate, then on
@@ -22,11 +26,14 @@
 
 mod macros;
 
+pub mod failures;
+pub mod hints;
 pub mod host;
 pub mod labels;
 mod node;
 pub mod proto;
 pub mod verbs;
 
+pub use hints::{HintCode, HintForm, ParseHintCodeError};
 pub use host::{HostReply, HostRequest, ParseReplyError, ParseRequestError, ReplyHead};
 pub use node::{Node, ParseNodeError, ParseTopologyError, Topology};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use crate::error::{Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::qp::AddressVector;
 
@@ -38,7 +38,7 @@ impl Drop for AddressHandle {
     fn drop(&mut self) {
         // SAFETY: the AH is alive and destroyed exactly once.
         let ret = unsafe { ibv_destroy_ah(self.ah.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::DestroyAh { errno }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DestroyAh, errno)) {
             report_drop_failure("ibv_destroy_ah", &e);
         }
     }
@@ -61,13 +61,12 @@ impl ProtectionDomain {
         a.dlid = av.dlid;
         // SAFETY: the PD is allocated; `a` is a valid attribute struct.
         let ah = unsafe { ibv_create_ah(self.inner.pd.as_ptr(), &mut a) };
-        let ah = ptr(ah, |errno| Error::CreateAh {
-            errno,
-            hint: if av.is_global {
-                Hint::new("is sgid_index the RoCE v2 entry matching the destination GID's kind?")
+        let ah = ptr(ah, |errno| {
+            Error::failed(Verb::CreateAh, errno).with_hint(Hint::new(if av.is_global {
+                HintCode::AhSgidIndex
             } else {
-                Hint::new("on RoCE an address handle needs a GRH: is_global = true with a dgid")
-            },
+                HintCode::AhWithoutGrh
+            }))
         })?;
         Ok(AddressHandle {
             ah,

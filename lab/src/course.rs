@@ -64,17 +64,18 @@ impl From<&str> for Failure {
     }
 }
 
-/// `?` on a `lab` call: lab's message already names the verb, the errno and a hint.
+/// `?` on a `lab` call: lab's message already names the verb and the errno, and its hints
+/// follow on lines of their own ([`crate::Error::report`]).
 impl From<crate::Error> for Failure {
     fn from(e: crate::Error) -> Failure {
-        Failure(e.to_string())
+        Failure(e.report().to_string())
     }
 }
 
 /// `?` on a failed state transition (the QP it hands back is dropped).
 impl<S: QpTypeState> From<crate::qp::TransitionError<S>> for Failure {
     fn from(e: crate::qp::TransitionError<S>) -> Failure {
-        Failure(e.to_string())
+        Failure(e.error().report().to_string())
     }
 }
 
@@ -90,24 +91,46 @@ impl From<crate::exchange::ExchangeError> for Failure {
     }
 }
 
+/// The other errors chapters turn into failures (`?`, [`OrFail`]): their message as it is.
+/// `or_fail` takes only errors listed here, so that a `lab::Error` can never lose its hints
+/// on the way to the user.
+macro_rules! failure_from_message {
+    ($($t:ty),* $(,)?) => {
+        $(impl From<$t> for Failure {
+            fn from(e: $t) -> Failure {
+                Failure(e.to_string())
+            }
+        })*
+    };
+}
+
+failure_from_message!(
+    std::num::ParseIntError,
+    contracts::ParseRequestError,
+    crate::host::HostError,
+);
+
 /// What a chapter's step returns: a value, or a [`Failure`].
 pub type Outcome<T = ()> = std::result::Result<T, Failure>;
 
-/// `.or_fail(what)`: turns any error into a [`Failure`] that reads `"{what}: {error}"`, where
-/// `what` says what the program was doing and the error (a `lab::Error`) names the verb, the
-/// errno and a hint.
+/// `.or_fail(what)`: turns any error a [`Failure`] can be made from into one that reads
+/// `"{what}: {error}"`, where `what` says what the program was doing and the error (a
+/// `lab::Error`) names the verb and the errno, its hints on lines of their own.
 pub trait OrFail<T> {
     fn or_fail(self, what: impl Display) -> Outcome<T>;
     /// [`or_fail`](OrFail::or_fail) with the message built only on failure.
     fn or_fail_with<D: Display>(self, what: impl FnOnce() -> D) -> Outcome<T>;
 }
 
-impl<T, E: Display> OrFail<T> for std::result::Result<T, E> {
+impl<T, E> OrFail<T> for std::result::Result<T, E>
+where
+    Failure: From<E>,
+{
     fn or_fail(self, what: impl Display) -> Outcome<T> {
-        self.map_err(|e| Failure(format!("{what}: {e}")))
+        self.map_err(|e| Failure(format!("{what}: {}", Failure::from(e))))
     }
     fn or_fail_with<D: Display>(self, what: impl FnOnce() -> D) -> Outcome<T> {
-        self.map_err(|e| Failure(format!("{}: {e}", what())))
+        self.map_err(|e| Failure(format!("{}: {}", what(), Failure::from(e))))
     }
 }
 

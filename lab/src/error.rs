@@ -1,5 +1,7 @@
-//! One error type for the whole crate: a variant per verb, naming the C call, with the errno
-//! and, for the mistakes learners make, a hint.
+//! One error type for the whole crate, git2-style: a failed verb is one variant,
+//! [`Error::Verb`], naming the C call ([`Verb`]) with the errno and, for the mistakes learners
+//! make, hints; the other variants carry what differs (a work completion, a deadline, an
+//! rdma_cm event, a refusal).
 //!
 //! The verbs report failure in three different ways (see `man ibv_modify_qp` and friends):
 //!
@@ -9,12 +11,17 @@
 //!   `errno`;
 //! * pointer-returning verbs (`ibv_alloc_pd`, `ibv_reg_mr`, ...) return `NULL` and set `errno`.
 //!
-//! `rc` and `ptr` (crate-private) turn each convention into a `Result` in one line, git2-style:
+//! `rc` and `ptr` (crate-private) turn each convention into a `Result` in one line:
 //!
 //! ```ignore
-//! let pd = ptr(unsafe { ibv_alloc_pd(ctx) }, |e| Error::AllocPd { errno: e })?;
-//! rc(unsafe { ibv_dealloc_pd(pd) }, |e| Error::DeallocPd { errno: e, hint: Hint::none() })?;
+//! let pd = ptr(unsafe { ibv_alloc_pd(ctx) }, |e| Error::failed(Verb::AllocPd, e))?;
+//! rc(unsafe { ibv_dealloc_pd(pd) }, |e| Error::failed(Verb::DeallocPd, e))?;
 //! ```
+//!
+//! A hint is a code of the catalogue in `contracts::hints` ([`HintCode`]: `memlock-limit`,
+//! `skipped-rtr`, ...) and its text. `Display` prints the message without them, so an error
+//! chain (`{e:#}`) stays one line per cause; [`Error::report`] prints the message with each
+//! hint on a line of its own, the form every chapter shows.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -22,12 +29,11 @@ use std::os::raw::c_int;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-// The QP state machine and the access flags are pure tables that depend on nothing here. The
-// work completion and this module name each other: `Error::Completion` holds a
+pub use contracts::hints::{HintCode, HintForm};
+
+// The work completion and this module name each other: `Error::Completion` holds a
 // `WorkCompletion`, and `WorkCompletion::ok` returns this `Error`.
 use crate::cq::wc::WorkCompletion;
-use crate::mr::AccessFlags;
-use crate::qp::state_machine::{QpAttrMask, QpState};
 
 /// `Result` with [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -36,182 +42,199 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// type and name table, in the `contracts` crate.
 pub use contracts::verbs::Errno;
 
-/// An optional hint printed after an error ("hint: ..."). Empty for most errors.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Hint(pub Option<Cow<'static, str>>);
+/// A hint printed after an error, on a line of its own (`  hint: ...`, see
+/// [`Error::report`]): a code of the catalogue ([`HintCode`], in `contracts::hints`) and, for
+/// a detailed hint, the sentence with this failure's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hint {
+    code: HintCode,
+    detail: Option<Cow<'static, str>>,
+}
 
 impl Hint {
-    /// No hint.
-    pub fn none() -> Hint {
-        Hint(None)
+    /// The hint `code`, printed with the catalogue's text.
+    pub const fn new(code: HintCode) -> Hint {
+        Hint { code, detail: None }
     }
-    /// A hint with this text.
-    pub fn new(s: impl Into<Cow<'static, str>>) -> Hint {
-        Hint(Some(s.into()))
-    }
-    /// The text, if any.
-    pub fn text(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-}
 
-impl fmt::Display for Hint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(h) => write!(f, "\n  hint: {h}"),
-            None => Ok(()),
+    /// The hint `code`, printed as `detail`: the catalogue's meaning with this failure's
+    /// values (the limit, the queue size, the state the QP was in).
+    pub fn detailed(code: HintCode, detail: impl Into<Cow<'static, str>>) -> Hint {
+        Hint {
+            code,
+            detail: Some(detail.into()),
         }
     }
+
+    /// The code (`memlock-limit`): what tests assert.
+    pub fn code(&self) -> HintCode {
+        self.code
+    }
+
+    /// What is printed: the detail if there is one, else the catalogue's text.
+    pub fn text(&self) -> &str {
+        self.detail.as_deref().unwrap_or(self.code.text())
+    }
 }
 
-/// Every way a `lab` call can fail. Each verb has its own variant, named after the C call, with
-/// the errno ([`Errno`]) the call returned and, where a classic mistake is the likely cause, a
-/// [`Hint`].
+impl From<HintCode> for Hint {
+    fn from(code: HintCode) -> Hint {
+        Hint::new(code)
+    }
+}
+
+/// The text, without the `hint: ` prefix.
+impl fmt::Display for Hint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
+macro_rules! verbs {
+    ($($variant:ident => $name:literal,)*) => {
+        /// A C call of libibverbs (`ibv_*`) or librdmacm (`rdma_*`) that can fail: what
+        /// [`Error::Verb`] names. `Display` prints the C name. One is no call:
+        /// `rdma_cm_id.verbs`, the id's device, which `CmId::context` reads before the id has
+        /// one.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Verb {
+            $(#[doc = concat!("`", $name, "`")] $variant,)*
+        }
+
+        impl Verb {
+            /// Every verb, libibverbs' first.
+            pub const ALL: &'static [Verb] = &[$(Verb::$variant,)*];
+
+            /// The C name (`ibv_reg_mr`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Verb::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+verbs! {
+    GetDeviceList => "ibv_get_device_list",
+    OpenDevice => "ibv_open_device",
+    CloseDevice => "ibv_close_device",
+    QueryDevice => "ibv_query_device",
+    QueryPort => "ibv_query_port",
+    QueryGidEx => "ibv_query_gid_ex",
+    GetAsyncEvent => "ibv_get_async_event",
+    AllocPd => "ibv_alloc_pd",
+    DeallocPd => "ibv_dealloc_pd",
+    RegMr => "ibv_reg_mr",
+    DeregMr => "ibv_dereg_mr",
+    AllocMw => "ibv_alloc_mw",
+    DeallocMw => "ibv_dealloc_mw",
+    BindMw => "ibv_bind_mw",
+    CreateSrq => "ibv_create_srq",
+    ModifySrq => "ibv_modify_srq",
+    QuerySrq => "ibv_query_srq",
+    DestroySrq => "ibv_destroy_srq",
+    PostSrqRecv => "ibv_post_srq_recv",
+    CreateAh => "ibv_create_ah",
+    DestroyAh => "ibv_destroy_ah",
+    CreateCompChannel => "ibv_create_comp_channel",
+    DestroyCompChannel => "ibv_destroy_comp_channel",
+    CreateCq => "ibv_create_cq",
+    DestroyCq => "ibv_destroy_cq",
+    ReqNotifyCq => "ibv_req_notify_cq",
+    GetCqEvent => "ibv_get_cq_event",
+    CreateQp => "ibv_create_qp",
+    ModifyQp => "ibv_modify_qp",
+    QueryQp => "ibv_query_qp",
+    DestroyQp => "ibv_destroy_qp",
+    PostSend => "ibv_post_send",
+    PostRecv => "ibv_post_recv",
+    CreateEventChannel => "rdma_create_event_channel",
+    CreateId => "rdma_create_id",
+    DestroyId => "rdma_destroy_id",
+    IdVerbs => "rdma_cm_id.verbs",
+    GetCmEvent => "rdma_get_cm_event",
+    AckCmEvent => "rdma_ack_cm_event",
+    MigrateId => "rdma_migrate_id",
+    ResolveAddr => "rdma_resolve_addr",
+    ResolveRoute => "rdma_resolve_route",
+    CreateCmQp => "rdma_create_qp",
+    Connect => "rdma_connect",
+    BindAddr => "rdma_bind_addr",
+    Listen => "rdma_listen",
+    Accept => "rdma_accept",
+    Reject => "rdma_reject",
+    Disconnect => "rdma_disconnect",
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What kind of failure an [`enum@Error`] is: [`Error::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A verb returned an errno ([`Error::Verb`], [`Error::PollCq`]).
+    Verb,
+    /// The machine has no usable device: none, none of that name, or no RoCE v2 IPv4 GID.
+    NoDevice,
+    /// A work completion with an error status.
+    Completion,
+    /// A deadline passed: no completion, or no event.
+    Timeout,
+    /// An rdma_cm event other than the one awaited.
+    CmEvent,
+    /// `lab` refused before calling a verb: an object still in use, an argument out of
+    /// bounds or invalid.
+    Refused,
+    /// A system call (`poll(2)`, `fcntl(2)`, ...).
+    Os,
+}
+
+/// Every way a `lab` call can fail. A failed verb is [`Error::Verb`], naming the C call
+/// ([`Verb`]) with its errno ([`Errno`]) and, where a classic mistake is the likely cause, a
+/// [`Hint`]; the other variants carry what differs. `Display` prints the message alone, on one
+/// line for a verb; [`Error::report`] adds the hints, each on a line of its own.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// `ibv_get_device_list(3)` failed (no `ib_uverbs` module?).
-    #[error("ibv_get_device_list failed: {errno}{hint}")]
-    GetDeviceList { errno: Errno, hint: Hint },
+    /// A verb failed: `ibv_reg_mr(len 4096, access IBV_ACCESS_REMOTE_WRITE) failed: EINVAL
+    /// (22)`.
+    #[error("{verb}{} failed{}: {errno}", Paren(.args.as_deref()), AtWr(*.wr_index))]
+    Verb {
+        /// The C call.
+        verb: Verb,
+        /// The errno it returned or set.
+        errno: Errno,
+        /// The call's arguments worth printing, between parentheses after its name (`port
+        /// 1`, `INIT -> RTS, mask IBV_QP_STATE`), or none.
+        args: Option<Cow<'static, str>>,
+        /// For `ibv_post_send`, `ibv_post_recv` and `ibv_post_srq_recv`: the work request of
+        /// the chain that was refused (0-based).
+        wr_index: Option<usize>,
+        /// The likely causes, most likely first; most errors have none.
+        hints: Vec<Hint>,
+    },
+    /// `ibv_poll_cq(3)` returned a negative value (not an errno).
+    #[error("ibv_poll_cq failed: returned {rc}")]
+    PollCq { rc: i32 },
     /// No RDMA device (or none with the requested name).
-    #[error("no RDMA device {wanted}(devices present: {available:?}){hint}")]
+    #[error("no RDMA device {wanted}(devices present: {available:?})")]
     NoDevice {
         wanted: String,
         available: Vec<String>,
-        hint: Hint,
+        hints: Vec<Hint>,
     },
-    /// `ibv_open_device(3)` failed.
-    #[error("ibv_open_device({device}) failed: {errno}")]
-    OpenDevice { device: String, errno: Errno },
-    /// `ibv_close_device(3)` failed, or was refused because children are still alive.
-    #[error("ibv_close_device({device}) failed: {errno}{hint}")]
-    CloseDevice {
-        device: String,
-        errno: Errno,
-        hint: Hint,
-    },
-    /// `ibv_query_device(3)` failed.
-    #[error("ibv_query_device failed: {errno}")]
-    QueryDevice { errno: Errno },
-    /// `ibv_query_port(3)` failed.
-    #[error("ibv_query_port(port {port}) failed: {errno}")]
-    QueryPort { port: u8, errno: Errno },
-    /// `ibv_query_gid_ex(3)` / `ibv_query_gid(3)` failed.
-    #[error("ibv_query_gid_ex(port {port}, index {index}) failed: {errno}")]
-    QueryGid { port: u8, index: u32, errno: Errno },
     /// No RoCE v2 GID whose content is an IPv4-mapped address (`::ffff:a.b.c.d`).
-    #[error("no RoCE v2 IPv4-mapped GID on {device} port {port}{hint}")]
+    #[error("no RoCE v2 IPv4-mapped GID on {device} port {port}")]
     NoRoceV2Gid {
         device: String,
         port: u8,
-        hint: Hint,
-    },
-    /// `ibv_get_async_event(3)` failed.
-    #[error("ibv_get_async_event failed: {errno}")]
-    GetAsyncEvent { errno: Errno },
-    /// `ibv_alloc_pd(3)` failed.
-    #[error("ibv_alloc_pd failed: {errno}")]
-    AllocPd { errno: Errno },
-    /// `ibv_dealloc_pd(3)` failed (EBUSY: children still alive).
-    #[error("ibv_dealloc_pd failed: {errno}{hint}")]
-    DeallocPd { errno: Errno, hint: Hint },
-    /// `ibv_reg_mr(3)` failed.
-    #[error("ibv_reg_mr(len {len}, access {access}) failed: {errno}{hint}")]
-    RegMr {
-        len: usize,
-        access: AccessFlags,
-        errno: Errno,
-        hint: Hint,
-    },
-    /// `ibv_dereg_mr(3)` failed.
-    #[error("ibv_dereg_mr failed: {errno}")]
-    DeregMr { errno: Errno },
-    /// `ibv_alloc_mw(3)` failed.
-    #[error("ibv_alloc_mw failed: {errno}{hint}")]
-    AllocMw { errno: Errno, hint: Hint },
-    /// `ibv_dealloc_mw(3)` failed.
-    #[error("ibv_dealloc_mw failed: {errno}")]
-    DeallocMw { errno: Errno },
-    /// `ibv_bind_mw(3)` failed.
-    #[error("ibv_bind_mw failed: {errno}{hint}")]
-    BindMw { errno: Errno, hint: Hint },
-    /// `ibv_create_srq(3)` failed.
-    #[error("ibv_create_srq failed: {errno}{hint}")]
-    CreateSrq { errno: Errno, hint: Hint },
-    /// `ibv_modify_srq(3)` failed.
-    #[error("ibv_modify_srq failed: {errno}")]
-    ModifySrq { errno: Errno },
-    /// `ibv_query_srq(3)` failed.
-    #[error("ibv_query_srq failed: {errno}")]
-    QuerySrq { errno: Errno },
-    /// `ibv_destroy_srq(3)` failed (EBUSY: a QP still uses it).
-    #[error("ibv_destroy_srq failed: {errno}{hint}")]
-    DestroySrq { errno: Errno, hint: Hint },
-    /// `ibv_post_srq_recv(3)` refused work request number `index` of the chain (0-based).
-    #[error("ibv_post_srq_recv failed at work request #{index}: {errno}{hint}")]
-    PostSrqRecv {
-        errno: Errno,
-        index: usize,
-        hint: Hint,
-    },
-    /// `ibv_create_ah(3)` failed.
-    #[error("ibv_create_ah failed: {errno}{hint}")]
-    CreateAh { errno: Errno, hint: Hint },
-    /// `ibv_destroy_ah(3)` failed.
-    #[error("ibv_destroy_ah failed: {errno}")]
-    DestroyAh { errno: Errno },
-    /// `ibv_create_comp_channel(3)` failed.
-    #[error("ibv_create_comp_channel failed: {errno}")]
-    CreateCompChannel { errno: Errno },
-    /// `ibv_destroy_comp_channel(3)` failed (EBUSY: a CQ still uses it).
-    #[error("ibv_destroy_comp_channel failed: {errno}{hint}")]
-    DestroyCompChannel { errno: Errno, hint: Hint },
-    /// `ibv_create_cq(3)` failed.
-    #[error("ibv_create_cq(cqe {cqe}) failed: {errno}{hint}")]
-    CreateCq { cqe: i32, errno: Errno, hint: Hint },
-    /// `ibv_destroy_cq(3)` failed or was refused (EBUSY: a QP still uses it; unacked events).
-    #[error("ibv_destroy_cq failed: {errno}{hint}")]
-    DestroyCq { errno: Errno, hint: Hint },
-    /// `ibv_req_notify_cq(3)` failed.
-    #[error("ibv_req_notify_cq failed: {errno}")]
-    ReqNotifyCq { errno: Errno },
-    /// `ibv_get_cq_event(3)` failed.
-    #[error("ibv_get_cq_event failed: {errno}{hint}")]
-    GetCqEvent { errno: Errno, hint: Hint },
-    /// `ibv_poll_cq(3)` returned a negative value.
-    #[error("ibv_poll_cq failed: returned {rc}")]
-    PollCq { rc: i32 },
-    /// `ibv_create_qp(3)` failed.
-    #[error("ibv_create_qp failed: {errno}{hint}")]
-    CreateQp { errno: Errno, hint: Hint },
-    /// `ibv_modify_qp(3)` failed.
-    #[error("ibv_modify_qp({from} -> {to}, mask {mask}) failed: {errno}{hint}")]
-    ModifyQp {
-        from: QpState,
-        to: QpState,
-        mask: QpAttrMask,
-        errno: Errno,
-        hint: Hint,
-    },
-    /// `ibv_query_qp(3)` failed.
-    #[error("ibv_query_qp failed: {errno}")]
-    QueryQp { errno: Errno },
-    /// `ibv_destroy_qp(3)` failed.
-    #[error("ibv_destroy_qp failed: {errno}")]
-    DestroyQp { errno: Errno },
-    /// `ibv_post_send(3)` refused work request number `index` of the chain (0-based).
-    #[error("ibv_post_send failed at work request #{index}: {errno}{hint}")]
-    PostSend {
-        errno: Errno,
-        index: usize,
-        hint: Hint,
-    },
-    /// `ibv_post_recv(3)` refused work request number `index` of the chain (0-based).
-    #[error("ibv_post_recv failed at work request #{index}: {errno}{hint}")]
-    PostRecv {
-        errno: Errno,
-        index: usize,
-        hint: Hint,
+        hints: Vec<Hint>,
     },
     /// A work completion arrived with a status other than `IBV_WC_SUCCESS`.
     #[error(
@@ -235,28 +258,21 @@ pub enum Error {
         expected: usize,
     },
     /// The deadline passed while waiting for an event on a file descriptor.
-    #[error("no {what} within {timeout:?}{hint}")]
+    #[error("no {what} within {timeout:?}")]
     EventTimeout {
         what: Cow<'static, str>,
         timeout: Duration,
-        hint: Hint,
+        hints: Vec<Hint>,
     },
     /// `poll(2)` or `fcntl(2)` on a verbs file descriptor failed.
     #[error("{call} failed: {errno}")]
     Os { call: &'static str, errno: Errno },
-    /// An `rdma_*` call of librdmacm failed (they return -1 and set `errno`).
-    #[error("{call} failed: {errno}{hint}")]
-    Cm {
-        call: &'static str,
-        errno: Errno,
-        hint: Hint,
-    },
     /// An rdma_cm event other than the one the program waited for (`lab::cm`).
-    #[error("expected {want}, got {got}{hint}")]
+    #[error("expected {want}, got {got}")]
     CmEvent {
         want: &'static str,
         got: String,
-        hint: Hint,
+        hints: Vec<Hint>,
     },
     /// The object is still in use by others (its children, events not yet acknowledged),
     /// so `lab` refused to call the destroy verb (which would fail or block).
@@ -274,78 +290,127 @@ pub enum Error {
     InvalidArgument(Cow<'static, str>),
 }
 
+/// `(args)`, or nothing.
+struct Paren<'a>(Option<&'a str>);
+
+impl fmt::Display for Paren<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(a) => write!(f, "({a})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// ` at work request #N`, or nothing.
+struct AtWr(Option<usize>);
+
+impl fmt::Display for AtWr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(i) => write!(f, " at work request #{i}"),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Error {
-    /// The errno carried by this error, if it came from a verb or a system call.
-    pub fn errno(&self) -> Option<Errno> {
+    /// `verb` failed with `errno`; add its arguments, the work request and hints with the
+    /// builder methods below.
+    pub(crate) fn failed(verb: Verb, errno: Errno) -> Error {
+        Error::Verb {
+            verb,
+            errno,
+            args: None,
+            wr_index: None,
+            hints: Vec::new(),
+        }
+    }
+
+    /// The arguments printed after a verb's name: `ibv_query_port(port 1) failed: ...`.
+    pub(crate) fn args(mut self, text: impl Into<Cow<'static, str>>) -> Error {
+        if let Error::Verb { args, .. } = &mut self {
+            *args = Some(text.into());
+        }
+        self
+    }
+
+    /// The work request of a chain a post verb refused.
+    pub(crate) fn at_wr(mut self, index: usize) -> Error {
+        if let Error::Verb { wr_index, .. } = &mut self {
+            *wr_index = Some(index);
+        }
+        self
+    }
+
+    /// Adds a hint (after those already there), if there is one.
+    pub(crate) fn with_hint(mut self, hint: impl Into<Option<Hint>>) -> Error {
+        let Some(hint) = hint.into() else {
+            return self;
+        };
+        match &mut self {
+            Error::Verb { hints, .. }
+            | Error::NoDevice { hints, .. }
+            | Error::NoRoceV2Gid { hints, .. }
+            | Error::EventTimeout { hints, .. }
+            | Error::CmEvent { hints, .. } => hints.push(hint),
+            _ => debug_assert!(false, "this error carries no hints: {self}"),
+        }
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
         use Error::*;
         match self {
-            GetDeviceList { errno, .. }
-            | OpenDevice { errno, .. }
-            | CloseDevice { errno, .. }
-            | QueryDevice { errno }
-            | QueryPort { errno, .. }
-            | QueryGid { errno, .. }
-            | GetAsyncEvent { errno }
-            | AllocPd { errno }
-            | DeallocPd { errno, .. }
-            | RegMr { errno, .. }
-            | DeregMr { errno }
-            | CreateAh { errno, .. }
-            | DestroyAh { errno }
-            | CreateSrq { errno, .. }
-            | ModifySrq { errno }
-            | QuerySrq { errno }
-            | DestroySrq { errno, .. }
-            | PostSrqRecv { errno, .. }
-            | AllocMw { errno, .. }
-            | DeallocMw { errno }
-            | BindMw { errno, .. }
-            | CreateCompChannel { errno }
-            | DestroyCompChannel { errno, .. }
-            | CreateCq { errno, .. }
-            | DestroyCq { errno, .. }
-            | ReqNotifyCq { errno }
-            | GetCqEvent { errno, .. }
-            | CreateQp { errno, .. }
-            | ModifyQp { errno, .. }
-            | QueryQp { errno }
-            | DestroyQp { errno }
-            | PostSend { errno, .. }
-            | PostRecv { errno, .. }
-            | Os { errno, .. }
-            | Cm { errno, .. } => Some(*errno),
+            Verb { .. } | PollCq { .. } => ErrorKind::Verb,
+            NoDevice { .. } | NoRoceV2Gid { .. } => ErrorKind::NoDevice,
+            Completion { .. } => ErrorKind::Completion,
+            CompletionTimeout { .. } | EventTimeout { .. } => ErrorKind::Timeout,
+            CmEvent { .. } => ErrorKind::CmEvent,
+            InUse { .. } | OutOfBounds(_) | InvalidArgument(_) => ErrorKind::Refused,
+            Os { .. } => ErrorKind::Os,
+        }
+    }
+
+    /// The verb that failed, for [`Error::Verb`].
+    pub fn verb(&self) -> Option<Verb> {
+        match self {
+            Error::Verb { verb, .. } => Some(*verb),
             _ => None,
         }
     }
 
-    /// The hint attached to this error, if any.
-    pub fn hint(&self) -> Option<&str> {
-        use Error::*;
+    /// The errno carried by this error, if it came from a verb or a system call.
+    pub fn errno(&self) -> Option<Errno> {
         match self {
-            GetDeviceList { hint, .. }
-            | NoDevice { hint, .. }
-            | CloseDevice { hint, .. }
-            | NoRoceV2Gid { hint, .. }
-            | DeallocPd { hint, .. }
-            | RegMr { hint, .. }
-            | CreateAh { hint, .. }
-            | CreateSrq { hint, .. }
-            | DestroySrq { hint, .. }
-            | PostSrqRecv { hint, .. }
-            | AllocMw { hint, .. }
-            | BindMw { hint, .. }
-            | DestroyCompChannel { hint, .. }
-            | CreateCq { hint, .. }
-            | DestroyCq { hint, .. }
-            | GetCqEvent { hint, .. }
-            | CreateQp { hint, .. }
-            | ModifyQp { hint, .. }
-            | PostSend { hint, .. }
-            | PostRecv { hint, .. }
-            | EventTimeout { hint, .. }
-            | Cm { hint, .. }
-            | CmEvent { hint, .. } => hint.text(),
+            Error::Verb { errno, .. } | Error::Os { errno, .. } => Some(*errno),
             _ => None,
+        }
+    }
+
+    /// The work request a post verb refused (0-based in the chain).
+    pub fn wr_index(&self) -> Option<usize> {
+        match self {
+            Error::Verb { wr_index, .. } => *wr_index,
+            _ => None,
+        }
+    }
+
+    /// The first (most likely) hint, if any: its code and its text.
+    pub fn hint(&self) -> Option<&Hint> {
+        self.hints().first()
+    }
+
+    /// Every hint, most likely first.
+    pub fn hints(&self) -> &[Hint] {
+        match self {
+            Error::Verb { hints, .. }
+            | Error::NoDevice { hints, .. }
+            | Error::NoRoceV2Gid { hints, .. }
+            | Error::EventTimeout { hints, .. }
+            | Error::CmEvent { hints, .. } => hints,
+            _ => &[],
         }
     }
 
@@ -355,6 +420,30 @@ impl Error {
             Error::Completion { wc } => Some(wc),
             _ => None,
         }
+    }
+
+    /// The message with its hints, each on a line of its own, as a chapter prints it:
+    ///
+    /// ```text
+    /// ibv_dealloc_pd failed: EBUSY (16)
+    ///   hint: 1 object(s) of this PD (memory regions, queue pairs, ...) are still alive: ...
+    /// ```
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+}
+
+/// [`Error::report`]: the message, then `\n  hint: ` and each hint's text.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a>(&'a Error);
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        for h in self.0.hints() {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
     }
 }
 
@@ -386,7 +475,7 @@ pub(crate) fn ptr<T>(p: *mut T, err: impl FnOnce(Errno) -> Error) -> Result<NonN
 /// Reports a teardown failure from a `Drop` (which cannot return it) on stderr, so it is seen,
 /// not lost. Explicit `destroy()`/`close()` methods return the error instead.
 pub(crate) fn report_drop_failure(what: &str, err: &Error) {
-    eprintln!("lab: {what} failed while dropping: {err}");
+    eprintln!("lab: {what} failed while dropping: {}", err.report());
 }
 
 #[cfg(test)]
@@ -454,26 +543,68 @@ mod tests {
 
     #[test]
     fn rc_handles_both_conventions() {
-        let e = rc(16, |errno| Error::DeallocPd {
-            errno,
-            hint: Hint::none(),
-        })
-        .unwrap_err();
+        let e = rc(16, |errno| Error::failed(Verb::DeallocPd, errno)).unwrap_err();
         assert_eq!(e.errno(), Some(Errno(16)));
-        assert!(rc(0, |errno| Error::QueryQp { errno }).is_ok());
-        let e = rc(-22, |errno| Error::QueryQp { errno }).unwrap_err();
+        assert_eq!(e.verb(), Some(Verb::DeallocPd));
+        assert_eq!(e.kind(), ErrorKind::Verb);
+        assert!(rc(0, |errno| Error::failed(Verb::QueryQp, errno)).is_ok());
+        let e = rc(-22, |errno| Error::failed(Verb::QueryQp, errno)).unwrap_err();
         assert!(e.errno().is_some());
     }
 
     #[test]
-    fn hint_is_printed_on_its_own_line() {
-        let e = Error::DeallocPd {
-            errno: Errno(16),
-            hint: Hint::new("drop the MRs first"),
-        };
+    fn a_verb_prints_its_c_name_arguments_and_work_request() {
+        let e = Error::failed(Verb::QueryPort, Errno(22)).args("port 1");
+        assert_eq!(e.to_string(), "ibv_query_port(port 1) failed: EINVAL (22)");
+        let e = Error::failed(Verb::PostSend, Errno(12)).at_wr(3);
         assert_eq!(
             e.to_string(),
+            "ibv_post_send failed at work request #3: ENOMEM (12)"
+        );
+        assert_eq!(e.wr_index(), Some(3));
+        let e = Error::failed(Verb::ResolveAddr, Errno(19));
+        assert_eq!(e.to_string(), "rdma_resolve_addr failed: ENODEV (19)");
+        let mut names = std::collections::HashSet::new();
+        for v in Verb::ALL {
+            assert!(names.insert(v.name()), "{v} twice");
+            assert!(v.name().starts_with("ibv_") || v.name().starts_with("rdma_"));
+        }
+    }
+
+    #[test]
+    fn hints_are_printed_by_report_each_on_its_own_line() {
+        let e = Error::failed(Verb::DeallocPd, Errno(16))
+            .with_hint(Hint::detailed(HintCode::PdBusy, "drop the MRs first"));
+        // Display is the message alone: one line for an error chain.
+        assert_eq!(e.to_string(), "ibv_dealloc_pd failed: EBUSY (16)");
+        assert_eq!(
+            e.report().to_string(),
             "ibv_dealloc_pd failed: EBUSY (16)\n  hint: drop the MRs first"
+        );
+        assert_eq!(e.hint().map(Hint::code), Some(HintCode::PdBusy));
+        let e = e.with_hint(Hint::new(HintCode::QpCapacity));
+        assert_eq!(e.hints().len(), 2);
+        assert!(e.report().to_string().ends_with(&format!(
+            "\n  hint: drop the MRs first\n  hint: {}",
+            HintCode::QpCapacity.text()
+        )));
+        // No hint: the report is the message.
+        let e = Error::failed(Verb::AllocPd, Errno(12)).with_hint(None);
+        assert_eq!(e.report().to_string(), e.to_string());
+        assert!(e.hint().is_none());
+    }
+
+    #[test]
+    fn a_fixed_hint_prints_the_catalogue_text() {
+        let h = Hint::new(HintCode::RemoteWithoutLocalWrite);
+        assert_eq!(
+            h.to_string(),
+            "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE as well: add \
+             AccessFlags::LOCAL_WRITE"
+        );
+        assert_eq!(
+            Hint::from(HintCode::NoDevice),
+            Hint::new(HintCode::NoDevice)
         );
     }
 }

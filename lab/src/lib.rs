@@ -21,10 +21,13 @@
 //!   forever), `rnr_retry` 6 (7 is forever), `timeout` 14, `min_rnr_timer` 12, path MTU = the
 //!   port's active MTU, read/atomic credits set, the source GID picked by content. Every wait
 //!   has a deadline.
-//! * **Errors say what went wrong.** One [`enum@Error`] with a variant per verb, the errno by
-//!   name and number (`EINVAL (22)`), and hints for the classic mistakes (memlock limit,
-//!   GID index, skipped RTR, remote access without local write, ...). Completion statuses
-//!   ([`WcStatus`]) carry their `ibv_wc_status_str` text and what usually causes them on rxe.
+//! * **Errors say what went wrong.** One [`enum@Error`]: a failed verb is [`Error::Verb`],
+//!   naming the C call ([`Verb`]) and the errno by name and number (`EINVAL (22)`), with hints
+//!   for the classic mistakes, each a stable code of one catalogue ([`HintCode`]:
+//!   `memlock-limit`, `gid-index`, `skipped-rtr`, `remote-without-local-write`, ...) and its
+//!   text. `Display` is the message; [`Error::report`] adds each hint on a line of its own.
+//!   Completion statuses ([`WcStatus`]) carry their `ibv_wc_status_str` text and what usually
+//!   causes them on rxe.
 //! * **The hot path is lean.** Work requests *are* the C structs; posting and polling
 //!   allocate nothing and copy no payload (a test proves it with a counting allocator).
 //!
@@ -44,7 +47,7 @@
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
 //! | [`cm`] | `rdma_create_id`, `rdma_resolve_addr`, `rdma_resolve_route`, `rdma_create_qp`, `rdma_connect`, `rdma_listen`, `rdma_accept`, `rdma_reject`, `rdma_disconnect`, `rdma_get_cm_event` | [`cm::CmId`] (`cm/id.rs`), [`cm::CmEvent`] (`cm/event.rs`), [`cm::ConnParam`] (`cm/param.rs`) |
 //! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
-//! | `error` | (errno conventions) | [`enum@Error`], [`Errno`], [`Hint`] |
+//! | `error` | (errno conventions) | [`enum@Error`], [`Verb`], [`ErrorKind`], [`Errno`], [`Hint`] (a [`HintCode`] of `contracts::hints`) |
 //! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
 //! | [`tree`] | | [`tree::OBJECTS`]: the object tree as data, [`tree::teardown_order`] |
 //! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
@@ -114,7 +117,7 @@ pub use device::{
     AsyncElement, AsyncEvent, AsyncEventType, AtomicCap, Context, DeviceAttr, DeviceInfo, Gid,
     GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, devices, libibverbs_exports,
 };
-pub use error::{Errno, Error, Hint, Result};
+pub use error::{Errno, Error, ErrorKind, Hint, HintCode, Result, Verb};
 pub use mr::{
     AccessFlags, MemoryRegion, RemoteRegion, memlock_limit, page_size, set_memlock_limit,
 };

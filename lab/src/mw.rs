@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rdma_sys::*;
 
-use crate::error::{Errno, Error, Hint, Result, rc, report_drop_failure};
+use crate::error::{Errno, Error, Hint, HintCode, Result, Verb, rc, report_drop_failure};
 use crate::flags::c_enum;
 use crate::mr::{AccessFlags, MemoryRegion};
 use crate::pd::{PdInner, ProtectionDomain};
@@ -72,7 +72,7 @@ impl Drop for MemoryWindow {
     fn drop(&mut self) {
         // SAFETY: the window is allocated and deallocated exactly once.
         let ret = unsafe { ibv_dealloc_mw(self.mw.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::DeallocMw { errno }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DeallocMw, errno)) {
             report_drop_failure("ibv_dealloc_mw", &e);
         }
     }
@@ -85,13 +85,13 @@ impl ProtectionDomain {
         // and Some(NULL) when it fails (docs/rdma-sys-notes.md, note 7).
         let p = unsafe { ibv_alloc_mw(self.inner.pd.as_ptr(), kind.raw()) };
         let errno = Errno::last();
-        let mw = p.and_then(NonNull::new).ok_or(Error::AllocMw {
-            errno: if errno.0 != 0 {
-                errno
-            } else {
-                Errno(libc::EOPNOTSUPP)
-            },
-            hint: Hint::new("is this window type supported? (query_device: max_mw)"),
+        let errno = if errno.0 != 0 {
+            errno
+        } else {
+            Errno(libc::EOPNOTSUPP)
+        };
+        let mw = p.and_then(NonNull::new).ok_or_else(|| {
+            Error::failed(Verb::AllocMw, errno).with_hint(Hint::new(HintCode::MwUnsupported))
         })?;
         // SAFETY: just allocated.
         let rkey = unsafe { (*mw.as_ptr()).rkey };
@@ -182,13 +182,10 @@ impl QueuePair<state::Rts> {
         };
         // SAFETY: the QP, window and MR are alive for the call; `b` is a valid bind struct.
         let ret = unsafe { ibv_bind_mw(self.raw(), mw.mw.as_ptr(), &mut b) };
-        rc(ret, |errno| Error::BindMw {
-            errno,
-            hint: if errno.0 == libc::EINVAL && !mr.access().contains(AccessFlags::MW_BIND) {
-                Hint::new("the memory region needs AccessFlags::MW_BIND")
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            let no_bind = errno.0 == libc::EINVAL && !mr.access().contains(AccessFlags::MW_BIND);
+            Error::failed(Verb::BindMw, errno)
+                .with_hint(no_bind.then_some(Hint::new(HintCode::MrWithoutMwBind)))
         })?;
         let rkey = mw.rkey();
         mw.bound_rkey.store(rkey, Ordering::Release);

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdma_sys::*;
 
 use crate::device::Context;
-use crate::error::{Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 
 pub(crate) struct PdInner {
     pub(crate) pd: NonNull<ibv_pd>,
@@ -33,10 +33,7 @@ impl Drop for PdInner {
         // SAFETY: every child (MR, QP) holds an Arc to this inner, so none is alive now; the PD
         // is deallocated exactly once (here, or in `dealloc` which sets `freed`).
         let ret = unsafe { ibv_dealloc_pd(self.pd.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::DeallocPd {
-            errno,
-            hint: Hint::none(),
-        }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DeallocPd, errno)) {
             report_drop_failure("ibv_dealloc_pd", &e);
         }
     }
@@ -64,7 +61,7 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         // SAFETY: the context is open (this handle keeps it alive).
         let pd = ptr(unsafe { ibv_alloc_pd(self.raw()) }, |errno| {
-            Error::AllocPd { errno }
+            Error::failed(Verb::AllocPd, errno)
         })?;
         Ok(ProtectionDomain {
             inner: Arc::new(PdInner {
@@ -107,16 +104,16 @@ impl ProtectionDomain {
         // SAFETY: the PD is allocated; if the kernel refuses (EBUSY) nothing changes, if it
         // succeeds `freed` stops Drop from freeing it a second time.
         let ret = unsafe { ibv_dealloc_pd(self.inner.pd.as_ptr()) };
-        rc(ret, |errno| Error::DeallocPd {
-            errno,
-            hint: if errno.0 == libc::EBUSY {
-                Hint::new(format!(
-                    "{children} object(s) of this PD (memory regions, queue pairs, ...) are still \
-                     alive: destroy QPs and deregister MRs before deallocating their PD"
-                ))
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            Error::failed(Verb::DeallocPd, errno).with_hint((errno.0 == libc::EBUSY).then(|| {
+                Hint::detailed(
+                    HintCode::PdBusy,
+                    format!(
+                        "{children} object(s) of this PD (memory regions, queue pairs, ...) are \
+                         still alive: destroy QPs and deregister MRs before deallocating their PD"
+                    ),
+                )
+            }))
         })?;
         self.inner.freed.store(true, Ordering::Release);
         Ok(())

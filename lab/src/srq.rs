@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdma_sys::*;
 
 use crate::device::AsyncElement;
-use crate::error::{Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::RecvWr;
 
@@ -37,10 +37,7 @@ impl Drop for SrqInner {
         }
         // SAFETY: QPs using the SRQ hold Arcs to it, so none is left; destroyed exactly once.
         let ret = unsafe { ibv_destroy_srq(self.srq.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::DestroySrq {
-            errno,
-            hint: Hint::none(),
-        }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DestroySrq, errno)) {
             report_drop_failure("ibv_destroy_srq", &e);
         }
     }
@@ -83,13 +80,9 @@ impl ProtectionDomain {
         };
         // SAFETY: the PD is allocated; `ia` is a valid in/out pointer.
         let srq = unsafe { ibv_create_srq(self.inner.pd.as_ptr(), &mut ia) };
-        let srq = ptr(srq, |errno| Error::CreateSrq {
-            errno,
-            hint: if errno.0 == libc::EINVAL {
-                Hint::new("max_wr/max_sge above the device's max_srq_wr/max_srq_sge?")
-            } else {
-                Hint::none()
-            },
+        let srq = ptr(srq, |errno| {
+            Error::failed(Verb::CreateSrq, errno)
+                .with_hint((errno.0 == libc::EINVAL).then_some(Hint::new(HintCode::SrqCapacity)))
         })?;
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
@@ -126,14 +119,10 @@ impl SharedReceiveQueue {
         } else {
             ((bad as usize - first as usize) / size_of::<ibv_recv_wr>()).min(n - 1)
         };
-        rc(ret, |errno| Error::PostSrqRecv {
-            errno,
-            index,
-            hint: if errno.0 == libc::ENOMEM {
-                Hint::new("the shared receive queue is full (max_wr)")
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            Error::failed(Verb::PostSrqRecv, errno)
+                .at_wr(index)
+                .with_hint((errno.0 == libc::ENOMEM).then_some(Hint::new(HintCode::SrqFull)))
         })
     }
 
@@ -159,7 +148,7 @@ impl SharedReceiveQueue {
                 ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
             )
         };
-        rc(ret, |errno| Error::ModifySrq { errno })
+        rc(ret, |errno| Error::failed(Verb::ModifySrq, errno))
     }
 
     /// `ibv_query_srq(3)`.
@@ -171,7 +160,7 @@ impl SharedReceiveQueue {
         };
         // SAFETY: the SRQ is alive; `a` is a valid out-pointer.
         let ret = unsafe { ibv_query_srq(self.inner.srq.as_ptr(), &mut a) };
-        rc(ret, |errno| Error::QuerySrq { errno })?;
+        rc(ret, |errno| Error::failed(Verb::QuerySrq, errno))?;
         Ok(SrqAttr {
             max_wr: a.max_wr,
             max_sge: a.max_sge,
@@ -190,13 +179,13 @@ impl SharedReceiveQueue {
         let users = Arc::strong_count(&self.inner) - 1;
         // SAFETY: the SRQ is alive; on success `destroyed` stops Drop from repeating it.
         let ret = unsafe { ibv_destroy_srq(self.inner.srq.as_ptr()) };
-        rc(ret, |errno| Error::DestroySrq {
-            errno,
-            hint: if errno.0 == libc::EBUSY {
-                Hint::new(format!("{users} queue pair(s) still use this SRQ"))
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            Error::failed(Verb::DestroySrq, errno).with_hint((errno.0 == libc::EBUSY).then(|| {
+                Hint::detailed(
+                    HintCode::SrqBusy,
+                    format!("{users} queue pair(s) still use this SRQ"),
+                )
+            }))
         })?;
         self.inner.destroyed.store(true, Ordering::Release);
         Ok(())

@@ -22,6 +22,11 @@ use harness::Topology;
 use harness::testing::in_lab;
 use lab::*;
 
+/// The codes of an error's hints, most likely first.
+fn codes(e: &Error) -> Vec<HintCode> {
+    e.hints().iter().map(Hint::code).collect()
+}
+
 const T: Duration = Duration::from_secs(10);
 const PSN_A: u32 = 0x00a0a0;
 const PSN_B: u32 = 0x00b0b0;
@@ -414,9 +419,9 @@ fn bad_flow_skip_rtr_is_einval() {
             .max_rd_atomic(1);
         let e = qp.modify(&attr).unwrap_err();
         assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
-        let s = e.to_string();
-        assert!(s.contains("INIT -> RTS"), "{s}");
-        assert!(s.contains("skips RTR"), "{s}");
+        assert_eq!(e.verb(), Some(Verb::ModifyQp));
+        assert!(e.to_string().contains("INIT -> RTS"), "{e}");
+        assert_eq!(codes(&e), [HintCode::SkippedRtr], "{}", e.report());
         assert_eq!(qp.state().unwrap(), QpState::Init);
     });
 }
@@ -443,7 +448,14 @@ fn bad_flow_missing_rtr_attribute_is_named() {
                 .min_rnr_timer(12); // no max_dest_rd_atomic
             let e = qp.modify(&attr).unwrap_err();
             assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
-            assert!(e.to_string().contains("IBV_QP_MAX_DEST_RD_ATOMIC"), "{e}");
+            assert_eq!(
+                codes(&e),
+                [HintCode::TransitionAttributes],
+                "{}",
+                e.report()
+            );
+            let h = e.hint().unwrap();
+            assert!(h.text().contains("IBV_QP_MAX_DEST_RD_ATOMIC"), "{h}");
         },
     );
 }
@@ -469,7 +481,7 @@ fn bad_flow_wrong_gid_index_hint() {
             .unwrap_err();
         let e = err.error();
         assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
-        assert!(e.to_string().contains("GID index"), "{e}");
+        assert_eq!(codes(e), [HintCode::GidIndex], "{}", e.report());
         // The QP comes back in INIT and can still be brought up properly.
         let (qp, _) = err.into_parts();
         let qp = qp.to_rtr(&RtrAttr::new(qpn, 0, v4.gid)).unwrap();
@@ -485,18 +497,20 @@ fn bad_flow_teardown_errors() {
         // REMOTE_WRITE without LOCAL_WRITE: EINVAL with a hint.
         let e = pd.reg_mr(4096, AccessFlags::REMOTE_WRITE).unwrap_err();
         assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
-        assert!(e.hint().unwrap().contains("LOCAL_WRITE"), "{e}");
+        assert_eq!(codes(&e), [HintCode::RemoteWithoutLocalWrite], "{e}");
         // Deallocating a PD whose MR is alive: EBUSY, and the PD lives on.
         let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
         let e = pd.dealloc().unwrap_err();
         assert_eq!(e.errno(), Some(Errno(libc::EBUSY)));
         assert!(e.to_string().contains("EBUSY (16)"), "{e}");
+        assert_eq!(codes(&e), [HintCode::PdBusy], "{}", e.report());
         // Destroying a CQ a QP uses: EBUSY.
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(8, None).unwrap();
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).unwrap();
         let e = cq.destroy().unwrap_err();
         assert_eq!(e.errno(), Some(Errno(libc::EBUSY)));
+        assert_eq!(codes(&e), [HintCode::CqBusy], "{}", e.report());
         // Closing the device while children live is refused by lab.
         assert!(matches!(ctx.clone().close(), Err(Error::InUse { .. })));
         // The right order works, and reports success.
@@ -521,7 +535,13 @@ fn bad_flow_post_send_before_rts() {
             .post_send_any_state(&mut [SendWr::send(1, &src)])
             .unwrap_err();
         assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
-        assert!(e.to_string().contains("the QP is in INIT"), "{e}");
+        assert_eq!(e.wr_index(), Some(0));
+        assert_eq!(codes(&e), [HintCode::SendBeforeRts], "{}", e.report());
+        assert!(
+            e.hint().unwrap().text().contains("the QP is in INIT"),
+            "{}",
+            e.report()
+        );
         // Destroying the QP discards the queued "ghost" WR.
     });
 }
@@ -753,7 +773,7 @@ fn pool_write_read_atomics_and_bounds() {
             // A misaligned atomic: rxe refuses it at post time (EINVAL); the QP stays usable.
             let e = pool.fetch_add(0, 4, 1).unwrap_err();
             assert_eq!(e.errno(), Some(Errno(libc::EINVAL)));
-            assert!(e.to_string().contains("8-byte aligned"), "{e}");
+            assert_eq!(codes(&e), [HintCode::AtomicAlignment], "{}", e.report());
             assert_eq!(pool.qp().state().unwrap(), QpState::Rts);
 
             // Split-phase: three writes in flight, collected in reverse order.

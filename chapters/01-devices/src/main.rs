@@ -426,11 +426,11 @@ fn run(args: &Args) -> Res<()> {
                     "  {what} ibv_modify_qp failed with {}",
                     e.errno().map_or("?".to_string(), |n| n.to_string())
                 );
-                if let Some(h) = e.hint() {
+                for h in e.hints() {
                     say!("    lab's hint: {h}");
                 }
                 if !candidate.gid.is_link_local() {
-                    return Err(format!("the RoCE v2 IPv4 GID was refused: {e}").into());
+                    return Err(format!("the RoCE v2 IPv4 GID was refused: {}", e.report()).into());
                 }
             }
         }

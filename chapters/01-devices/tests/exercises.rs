@@ -78,7 +78,7 @@ fn check_roce_gid(pick: Pick) {
         (Err(x), _) | (_, Err(x)) => fail(
             &format!("RTR through {which} was refused: {x}"),
             "both QPs in RTS",
-            &x.to_string(),
+            &x.report().to_string(),
         ),
     };
     let mut mr = pd.reg_mr(64, AccessFlags::ALL_REMOTE).expect("ibv_reg_mr");

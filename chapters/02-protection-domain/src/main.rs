@@ -307,11 +307,11 @@ fn run() -> Res<()> {
                 "  ibv_dealloc_pd failed: {}",
                 errno.map_or("?".to_string(), |n| n.to_string())
             );
-            if let Some(h) = e.hint() {
+            for h in e.hints() {
                 say!("    lab's hint: {h}");
             }
             expect(errno.map(|n| n.0) == Some(16), || {
-                format!("expected EBUSY (16), got {e}")
+                format!("expected EBUSY (16), got {}", e.report())
             })?;
         }
     }

@@ -47,7 +47,11 @@ fn check_same_pd(build: Build) {
     let ctx = Context::open_default().expect("open the lab's rxe device");
     let o = match step("build", || build(&ctx)) {
         Ok(o) => o,
-        Err(e) => fail(&format!("build failed: {e}"), "the objects", &e.to_string()),
+        Err(e) => fail(
+            &format!("build failed: {e}"),
+            "the objects",
+            &e.report().to_string(),
+        ),
     };
     let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID").gid;
     let peer_pd = ctx.alloc_pd().expect("ibv_alloc_pd");
@@ -69,7 +73,8 @@ fn check_same_pd(build: Build) {
         cq,
         pd: _pd,
     } = o;
-    let qp = up(qp, qb).unwrap_or_else(|e| fail("your QP did not come up", "RTS", &e.to_string()));
+    let qp = up(qp, qb)
+        .unwrap_or_else(|e| fail("your QP did not come up", "RTS", &e.report().to_string()));
     let peer = up(peer, qa).expect("bring the peer up");
     let inbox = peer_pd
         .reg_mr(64, AccessFlags::LOCAL_WRITE)

@@ -88,13 +88,13 @@ fn report_refusal(e: &lab::Error, expected: i32) -> Res<()> {
     let errno = e.errno();
     say!(
         "    refused: {}",
-        errno.map_or_else(|| e.to_string(), |n| n.to_string())
+        errno.map_or_else(|| e.report().to_string(), |n| n.to_string())
     );
-    if let Some(h) = e.hint() {
+    for h in e.hints() {
         say!("    lab's hint: {h}");
     }
     expect(errno.map(|n| n.0) == Some(expected), || {
-        format!("expected {}, got: {e}", show::errno(expected))
+        format!("expected {}, got: {}", show::errno(expected), e.report())
     })
 }
 

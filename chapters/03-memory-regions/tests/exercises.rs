@@ -41,7 +41,7 @@ fn check_remote_write(register: Register) {
         Err(e) => fail(
             &format!("ibv_reg_mr refused the region: {e}"),
             "a registered region of 4096 bytes",
-            &e.to_string(),
+            &e.report().to_string(),
         ),
     };
     let access = target.access();

@@ -746,7 +746,7 @@ fn teardown(rig: Rig) -> Res<()> {
         Ok(()) => return Err("destroying a CQ with an unacknowledged event succeeded".into()),
         Err(e) => {
             println!("  destroy B's CQ now? lab refuses (the C call would block forever):");
-            for line in e.to_string().lines() {
+            for line in e.report().to_string().lines() {
                 println!("    {}", line.trim_start());
             }
         }

@@ -61,7 +61,7 @@ fn check_next_completion(next: Next) {
             "the completion was already in the CQ, and next_completion did not find it: arming \
              covers only the next completion, so drain after arming",
             "the WRITE's completion (wr_id 1)",
-            &e.to_string(),
+            &e.report().to_string(),
         ),
     };
     expect_write(&wc, 1);
@@ -82,7 +82,7 @@ fn check_next_completion(next: Next) {
             "with an empty CQ, next_completion returned no completion: it should sleep for the \
              event, then poll",
             "the WRITE's completion (wr_id 2)",
-            &e.to_string(),
+            &e.report().to_string(),
         ),
     };
     expect_write(&wc, 2);

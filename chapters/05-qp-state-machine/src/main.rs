@@ -236,7 +236,7 @@ fn run() -> Res<()> {
     let ghost_hint = match qa.post_send_any_state(&mut [SendWr::send(1, &ghost_sge)]) {
         Err(e) if e.errno().map(|e| e.0) == Some(22) => {
             println!("  ibv_post_send(\"ghost\", wr_id 1) failed: {}", errno(&e));
-            e.hint().unwrap_or("(none)").to_string()
+            e.hint().map_or("(none)".to_string(), |h| h.to_string())
         }
         Err(e) => return Err(e.into()),
         Ok(()) => return Err("ibv_post_send in RTR succeeded".into()),
@@ -441,7 +441,7 @@ fn run() -> Res<()> {
 /// `EINVAL (22)` from a lab error.
 fn errno(e: &Error) -> String {
     e.errno()
-        .map_or_else(|| e.to_string(), |n| show::errno(n.0).to_string())
+        .map_or_else(|| e.report().to_string(), |n| show::errno(n.0).to_string())
 }
 
 /// The state `ibv_query_qp` reports.
@@ -507,8 +507,11 @@ fn expect_einval<S: QpTypeState>(name: &str, qp: &QueuePair<S>, attr: &QpAttr) -
             if lab::check_transition(qp.typestate(), to, attr.mask()).is_ok() {
                 return Err("lab's table accepts a mask the device refused".into());
             }
-            for line in e.hint().unwrap_or("(no explanation)").split("\n  hint: ") {
-                println!("  lab explains: {line}");
+            if e.hints().is_empty() {
+                println!("  lab explains: (no explanation)");
+            }
+            for hint in e.hints() {
+                println!("  lab explains: {hint}");
             }
             Ok(())
         }

@@ -69,7 +69,11 @@ fn check_pong((prepare, answer): (Prepare, Answer)) {
         let n = msg.len();
         out.as_mut_slice()[..n].copy_from_slice(msg.as_bytes());
         if let Err(e) = step("prepare", || prepare(&pong, &buf)) {
-            fail("prepare failed", "one receive posted", &e.to_string());
+            fail(
+                "prepare failed",
+                "one receive posted",
+                &e.report().to_string(),
+            );
         }
         let rsge = [back.sge(..)];
         ping.post_recv_one(RecvWr::new(10, &rsge))
@@ -94,7 +98,7 @@ fn check_pong((prepare, answer): (Prepare, Answer)) {
             fail(
                 &format!("round {round}: answer failed"),
                 "the message sent back",
-                &e.to_string(),
+                &e.report().to_string(),
             );
         }
         let wc = match cq_ping.wait_one(ECHO_WAIT) {
@@ -102,7 +106,7 @@ fn check_pong((prepare, answer): (Prepare, Answer)) {
             Err(e) => fail(
                 &format!("round {round}: no message came back: answer did not SEND it"),
                 &format!("a receive completion of {n} bytes"),
-                &e.to_string(),
+                &e.report().to_string(),
             ),
         };
         let mut got = vec![0u8; wc.byte_len as usize];
@@ -193,7 +197,7 @@ fn check_send_imm((send_tagged, receive_tagged): (SendTagged, ReceiveTagged)) {
         fail(
             "round 1: send_tagged failed",
             "the SEND completed with IBV_WC_SUCCESS (0)",
-            &e.to_string(),
+            &e.report().to_string(),
         );
     }
     let wc = match cq_b.wait_one(WAIT) {
@@ -201,7 +205,7 @@ fn check_send_imm((send_tagged, receive_tagged): (SendTagged, ReceiveTagged)) {
         Err(e) => fail(
             "round 1: no message arrived: send_tagged posted no SEND",
             &format!("a receive completion of {n} bytes"),
-            &e.to_string(),
+            &e.report().to_string(),
         ),
     };
     let expected = format!(
@@ -289,7 +293,7 @@ fn receive_rounds(
             Err(e) => fail(
                 &format!("round {round}: receive_tagged failed"),
                 &format!("the receive completion of {n} bytes"),
-                &e.to_string(),
+                &e.report().to_string(),
             ),
         };
         if got == (tag, n as u32) {

@@ -48,9 +48,9 @@ use lab::course::{Failure, OrFail, Outcome as Result, fnv1a32};
 use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
 use lab::show;
 use lab::{
-    AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, QpAttr, QpInitAttr,
-    QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
-    state,
+    AccessFlags, CompletionQueue, Context, Gid, HintCode, InitAttr, MemoryRegion, QpAttr,
+    QpInitAttr, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion, state,
 };
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -290,10 +290,12 @@ fn server(o: &Opts) -> Result<()> {
                 "unexpected completion {} {}",
                 wc[0].opcode, wc[0].status
             ))),
+            // lab's catalogue has the hint (`write-completes-at-writer`); lab cannot know it
+            // applies, so the program adds it.
             Err(e) => Err(Failure(format!(
-                "{e}\n  hint: an RDMA WRITE completes only at the side that posted it; the \
-                 target's CPU and CQ are not involved. Wait for a message from the writer (a \
-                 SEND, a WRITE_WITH_IMM, or TCP) instead"
+                "{}\n  hint: {}",
+                e.report(),
+                HintCode::WriteCompletesAtWriter.text()
             ))),
         };
     }
@@ -480,9 +482,11 @@ fn client(o: &Opts, host: &str) -> Result<()> {
             .max_rd_atomic(1);
         return match s.qp.modify(&attr) {
             Ok(()) => Err(Failure("INIT -> RTS was accepted: unexpected".into())),
+            // lab's own hint (`skipped-rtr`) says what is illegal; this one says why.
             Err(e) => Err(Failure(format!(
-                "{e}\n  hint: RTR is where a QP learns its peer (dest QPN, PSN, GID, path MTU); \
-                 a QP cannot send before it knows where to"
+                "{}\n  hint: {}",
+                e.report(),
+                HintCode::RtrLearnsPeer.text()
             ))),
         };
     }
@@ -514,10 +518,10 @@ fn client(o: &Opts, host: &str) -> Result<()> {
             ""
         };
         return Err(Failure(format!(
-            "the WRITE completed with {}: {}{flushed}\n  hint: every SGE needs the lkey of a \
-             registered region that covers it; lkey 0 on rxe is not a key at all",
+            "the WRITE completed with {}: {}{flushed}\n  hint: {}",
             wc.status,
-            wc.status.explanation()
+            wc.status.explanation(),
+            HintCode::UnregisteredLkey.text()
         )));
     }
     let wc = wc.ok().or_fail("cannot complete the RDMA WRITE")?;

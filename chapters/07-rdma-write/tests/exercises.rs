@@ -133,7 +133,7 @@ fn client(which: &str) {
         fail(
             &format!("the WRITE failed: {e}"),
             "IBV_WC_SUCCESS (0)",
-            &e.to_string(),
+            &e.report().to_string(),
         );
     }
     oob.send_line("done", T).expect("tell the server");

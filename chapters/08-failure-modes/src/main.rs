@@ -4,8 +4,10 @@
 //! on purpose, on a real rxe device, and shows what really happens: the completion status or
 //! errno (name and number), what `lab`'s status table says causes it, which QP went to ERR,
 //! and the fix. Every observation is checked against what `docs/rxe-observed.md` records for
-//! Linux 6.1's rxe (a unit test below keeps this file's expected outcomes and that table
-//! equal); any difference is printed as `MISMATCH` and the program exits non-zero.
+//! Linux 6.1's rxe; any difference is printed as `MISMATCH` and the program exits non-zero.
+//! The cases, what each produces and the hint a failed verb carries are one table,
+//! `contracts::failures` (unit tests below keep it, that record and the summary snapshots
+//! equal).
 //!
 //! Verbs: nothing new. The cases break the rules of the verbs you already know:
 //! `ibv_reg_mr` access flags, keys and bounds (cases 1-4, 13, 16), `ibv_post_send` before
@@ -28,7 +30,8 @@
 //! `--connect 10.77.0.1` on node b; `cases/on_the_wire.rs`): there the responder's NAK crosses
 //! the wire, and `tests/wire.rs` records it.
 //!
-//! Layout: `cases/` holds one file per case (read them in the order of `--list`);
+//! Layout: `contracts/src/failures.rs` (outside this crate: the book reads it too) is the
+//! table of the cases; `cases/` holds one file per case (read them in the order of `--list`);
 //! `report.rs` prints and checks; `rig.rs` is the plumbing (open, connect two QPs, wait with
 //! a deadline) that earlier chapters did by hand.
 
@@ -41,163 +44,47 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
+use contracts::failures::{CASES, FailureCase, Outcome};
 use lab::kernel::RxeChange;
 use report::Report;
 use rig::R;
 
-/// One failure mode.
-#[derive(Debug)]
-pub struct Case {
-    /// The name on the command line.
-    pub name: &'static str,
-    /// One line for `--list`.
-    pub summary: &'static str,
-    /// What it produces on rxe in Linux 6.1, for the summary table (the README's table says
-    /// the same).
-    pub outcome: &'static str,
-    /// Where rxe changed: what it produces on the kernels the change holds on
-    /// (lab::kernel::RxeChange; docs/rxe-observed.md, "On later kernels").
-    pub later: Option<(RxeChange, &'static str)>,
-    pub run: fn(&mut Report) -> R<()>,
+/// The code that runs each case of the table.
+///
+/// The cases themselves, what rxe produces for each on Linux 6.1 and later kernels, and the
+/// hint a failed verb carries, are one table, `contracts::failures::CASES` (the book draws
+/// its failure diagram from it; the unit tests below keep it, `docs/rxe-observed.md` and the
+/// summary snapshots equal).
+pub fn run_of(case: &FailureCase) -> Option<fn(&mut Report) -> R<()>> {
+    Some(match case.name {
+        "remote-access" => cases::remote_access::run,
+        "bad-rkey" => cases::bad_rkey::run,
+        "out-of-bounds" => cases::out_of_bounds::run,
+        "unregistered-lkey" => cases::unregistered_lkey::run,
+        "post-before-rts" => cases::post_before_rts::run,
+        "skip-rtr" => cases::skip_rtr::run,
+        "rnr-retry-exceeded" => cases::rnr_retry::run,
+        "peer-gone" => cases::peer_gone::run,
+        "mtu-too-large" => cases::mtu_too_large::run_loopback,
+        "wrong-gid-index" => cases::wrong_gid_index::run,
+        "recv-queue-full" => cases::recv_queue_full::run,
+        "flush-on-error" => cases::flush_on_error::run,
+        "deregistered-region" => cases::deregistered_region::run,
+        "memlock" => cases::memlock::run,
+        "cq-overflow" => cases::cq_overflow::run,
+        "cross-pd" => cases::cross_pd::run,
+        "recv-cq-overflow" => cases::recv_cq_overflow::run,
+        _ => return None,
+    })
 }
 
-/// The cases, in the order of the course: the numbers and names of `docs/rxe-observed.md`.
-pub const CASES: &[Case] = &[
-    Case {
-        name: "remote-access",
-        summary: "RDMA WRITE into a region registered without REMOTE_WRITE",
-        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
-        later: None,
-        run: cases::remote_access::run,
-    },
-    Case {
-        name: "bad-rkey",
-        summary: "RDMA WRITE to the right address with rkey + 1",
-        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
-        later: None,
-        run: cases::bad_rkey::run,
-    },
-    Case {
-        name: "out-of-bounds",
-        summary: "RDMA WRITE that runs past the end of the remote region",
-        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
-        later: None,
-        run: cases::out_of_bounds::run,
-    },
-    Case {
-        name: "unregistered-lkey",
-        summary: "local SGE with lkey 0, or a valid lkey with an address outside its MR",
-        outcome: "IBV_WC_LOC_QP_OP_ERR (2) / IBV_WC_LOC_PROT_ERR (4)",
-        later: Some((
-            RxeChange::LocalErrorFlushed,
-            "IBV_WC_WR_FLUSH_ERR (5) / IBV_WC_WR_FLUSH_ERR (5)",
-        )),
-        run: cases::unregistered_lkey::run,
-    },
-    Case {
-        name: "post-before-rts",
-        summary: "ibv_post_send in RESET, INIT and RTR, and the ghost sends it leaves",
-        outcome: "EINVAL (22), yet the WR is sent later",
-        later: None,
-        run: cases::post_before_rts::run,
-    },
-    Case {
-        name: "skip-rtr",
-        summary: "ibv_modify_qp INIT -> RTS directly",
-        outcome: "EINVAL (22)",
-        later: None,
-        run: cases::skip_rtr::run,
-    },
-    Case {
-        name: "rnr-retry-exceeded",
-        summary: "SEND to a peer with no RECV posted: rnr_retry 2, then rnr_retry 7 = forever",
-        outcome: "IBV_WC_RNR_RETRY_EXC_ERR (13) / no completion",
-        later: Some((
-            RxeChange::RnrForeverOutlastsRetryCnt,
-            "IBV_WC_RNR_RETRY_EXC_ERR (13) / no completion, even with retry_cnt 1",
-        )),
-        run: cases::rnr_retry::run,
-    },
-    Case {
-        name: "peer-gone",
-        summary: "the peer's QP is destroyed mid-conversation; retry_cnt 6 vs 7; recovery",
-        outcome: "IBV_WC_RETRY_EXC_ERR (12) / no completion",
-        later: None,
-        run: cases::peer_gone::run,
-    },
-    Case {
-        name: "mtu-too-large",
-        summary: "path MTU 4096 above the port's active MTU 1024, on one device and between two",
-        outcome: "IBV_WC_SUCCESS (0) on one device / no completion between nodes",
-        later: Some((
-            RxeChange::XmitErrorFailsWr,
-            "IBV_WC_SUCCESS (0) on one device / IBV_WC_WR_FLUSH_ERR (5) between nodes",
-        )),
-        run: cases::mtu_too_large::run_loopback,
-    },
-    Case {
-        name: "wrong-gid-index",
-        summary: "the link-local GID, index 0, toward an IPv4 peer",
-        outcome: "EINVAL (22) at RTR",
-        later: None,
-        run: cases::wrong_gid_index::run,
-    },
-    Case {
-        name: "recv-queue-full",
-        summary: "more receives than max_recv_wr",
-        outcome: "ENOMEM (12) at the 8th of max_recv_wr=4",
-        later: Some((
-            RxeChange::QueueCapRounded,
-            "ENOMEM (12) at the 8th of max_recv_wr=4 (reported as 7)",
-        )),
-        run: cases::recv_queue_full::run,
-    },
-    Case {
-        name: "flush-on-error",
-        summary: "a QP forced to ERR with work outstanding",
-        outcome: "IBV_WC_WR_FLUSH_ERR (5)",
-        later: None,
-        run: cases::flush_on_error::run,
-    },
-    Case {
-        name: "deregistered-region",
-        summary: "the server deregisters; the client's old rkey now fails",
-        outcome: "IBV_WC_REM_ACCESS_ERR (10)",
-        later: None,
-        run: cases::deregistered_region::run,
-    },
-    Case {
-        name: "memlock",
-        summary: "a non-root process with a tiny RLIMIT_MEMLOCK registers 1 MiB",
-        outcome: "ENOMEM (12) from ibv_reg_mr",
-        later: None,
-        run: cases::memlock::run,
-    },
-    Case {
-        name: "cq-overflow",
-        summary: "more completions than the CQ holds",
-        outcome: "IBV_EVENT_CQ_ERR per lost completion",
-        later: None,
-        run: cases::cq_overflow::run,
-    },
-    Case {
-        name: "cross-pd",
-        summary: "an MR of another protection domain in a work request",
-        outcome: "IBV_WC_LOC_QP_OP_ERR (2) / IBV_WC_REM_ACCESS_ERR (10)",
-        later: Some((
-            RxeChange::LocalErrorFlushed,
-            "IBV_WC_WR_FLUSH_ERR (5) / IBV_WC_REM_ACCESS_ERR (10)",
-        )),
-        run: cases::cross_pd::run,
-    },
-    Case {
-        name: "recv-cq-overflow",
-        summary: "more receive completions than the responder's CQ holds",
-        outcome: "IBV_EVENT_CQ_ERR; the responder's QP to ERR",
-        later: None,
-        run: cases::recv_cq_overflow::run,
-    },
-];
+/// Where rxe changed for a case: the change (lab::kernel) and what it produces where the
+/// change holds.
+pub fn later(case: &FailureCase) -> Option<(RxeChange, Outcome)> {
+    let (name, outcome) = case.later?;
+    let change = RxeChange::ALL.into_iter().find(|c| c.name() == name)?;
+    Some((change, outcome))
+}
 
 /// The command line (clap: `--help`, and a clear message with exit status 2 for a bad one).
 #[derive(Parser, Debug)]
@@ -238,7 +125,7 @@ struct Args {
 enum Command {
     List,
     All,
-    One(&'static Case),
+    One(&'static FailureCase),
     MtuServe {
         port: u16,
     },
@@ -306,7 +193,7 @@ fn command(a: Args) -> Result<Command, String> {
 }
 
 /// Runs one case: header, steps, result line. Returns whether it behaved as recorded.
-fn run_case(index: usize, case: &Case) -> bool {
+fn run_case(index: usize, case: &'static FailureCase) -> bool {
     println!(
         "=== case {} of {}: {}: {}",
         index + 1,
@@ -314,8 +201,11 @@ fn run_case(index: usize, case: &Case) -> bool {
         case.name,
         case.summary
     );
-    let mut r = Report::new();
-    let outcome = (case.run)(&mut r);
+    let mut r = Report::for_case(case);
+    let outcome = match run_of(case) {
+        Some(run) => run(&mut r),
+        None => Err(format!("case {} has no code", case.name).into()),
+    };
     let ok = match outcome {
         Ok(()) if r.mismatches().is_empty() => {
             println!(
@@ -378,13 +268,13 @@ fn main() -> ExitCode {
             // The outcome this kernel's rxe was checked against (lab::kernel).
             let kernel = lab::kernel::KernelVersion::running().ok();
             for (c, ok) in CASES.iter().zip(&results) {
-                let outcome = match (c.later, kernel) {
+                let outcome = match (later(c), kernel) {
                     (Some((change, later)), Some(k)) if change.holds_on(k) => later,
                     _ => c.outcome,
                 };
                 t.row([
                     c.name,
-                    outcome,
+                    &outcome.to_string(),
                     if *ok { "as recorded" } else { "MISMATCH" },
                 ]);
             }
@@ -425,7 +315,9 @@ fn run_role(r: R<bool>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::CASES;
+    use super::{CASES, later, run_of};
+    use lab::kernel::KernelVersion;
+    use lab::{Errno, WcStatus};
 
     /// The project's record of what rxe does: the table this chapter checks against.
     const OBSERVED: &str = include_str!("../../../docs/rxe-observed.md");
@@ -482,7 +374,7 @@ mod tests {
             .iter()
             .enumerate()
             .filter_map(|(i, c)| {
-                let (change, outcome) = c.later?;
+                let (change, outcome) = later(c)?;
                 Some((
                     (i + 1).to_string(),
                     c.name.to_string(),
@@ -511,10 +403,107 @@ mod tests {
                 case.name
             );
             assert_eq!(
-                case.outcome, outcome,
+                &case.outcome.to_string(),
+                outcome,
                 "case {}: the program expects {:?}, docs/rxe-observed.md records {:?}",
-                case.name, case.outcome, outcome
+                case.name,
+                case.outcome.to_string(),
+                outcome
             );
+        }
+    }
+
+    #[test]
+    fn every_case_of_the_table_has_its_code_and_its_change() {
+        for c in CASES {
+            assert!(run_of(c).is_some(), "case {} has no code", c.name);
+            if let Some((name, _)) = c.later {
+                assert!(later(c).is_some(), "case {}: no RxeChange {name:?}", c.name);
+            }
+        }
+    }
+
+    /// The table's statuses are spelled as lab prints them: a completion status by
+    /// `WcStatus`, an errno by `Errno` (`IBV_WC_REM_ACCESS_ERR (10)`, `EINVAL (22)`).
+    #[test]
+    fn every_status_of_the_table_is_lab_s_own() {
+        for c in CASES {
+            let outcomes = std::iter::once(c.outcome).chain(c.later.map(|(_, o)| o));
+            for (name, value) in outcomes.flat_map(|o| o.statuses().collect::<Vec<_>>()) {
+                let lab = if name.starts_with("IBV_WC_") {
+                    WcStatus::from_raw(value as u32).to_string()
+                } else {
+                    Errno(value).to_string()
+                };
+                assert_eq!(lab, format!("{name} ({value})"), "case {}", c.name);
+            }
+        }
+    }
+
+    /// The summary tables of the chapter's snapshots, recorded on real rxe: `(suffix, text)`
+    /// for `e2e__all_summary.snap` and each `e2e__all_summary@<suffix>.snap`.
+    fn summary_snapshots() -> Vec<(Option<String>, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+        let mut out = vec![];
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("e2e__all_summary") else {
+                continue;
+            };
+            let suffix = rest
+                .strip_suffix(".snap")
+                .unwrap()
+                .strip_prefix('@')
+                .map(String::from);
+            out.push((suffix, std::fs::read_to_string(&path).unwrap()));
+        }
+        out.sort();
+        out
+    }
+
+    /// The table cannot drift from what rxe really produced: each summary snapshot (the
+    /// chapter's `all`, checked on rxe by tests/e2e.rs) shows, row by row, the table's
+    /// outcome for the kernel the snapshot is for (`linux-6.10`: the later outcome of every
+    /// change since 6.10 or earlier).
+    #[test]
+    fn every_summary_snapshot_shows_the_table() {
+        let snaps = summary_snapshots();
+        assert!(
+            snaps.iter().any(|(s, _)| s.is_none()),
+            "no e2e__all_summary.snap"
+        );
+        for (suffix, text) in snaps {
+            let kernel = suffix.as_deref().map(|s| {
+                let v = s.strip_prefix("linux-").expect("suffix linux-X.Y");
+                let (major, minor) = v.split_once('.').expect("X.Y");
+                KernelVersion::new(major.parse().unwrap(), minor.parse().unwrap())
+            });
+            let mut lines = text
+                .lines()
+                .skip_while(|l| !l.trim_start().starts_with("case "));
+            let header = lines.next().expect("a header line");
+            let what_at = header
+                .find("what rxe produces")
+                .expect("the outcome column");
+            let result_at = header.find("result").expect("the result column");
+            let rows: Vec<(&str, &str)> = lines
+                .take_while(|l| !l.contains("cases behaved"))
+                .map(|l| (l[..what_at].trim(), l[what_at..result_at].trim()))
+                .collect();
+            let ours: Vec<(&str, String)> = CASES
+                .iter()
+                .map(|c| {
+                    let outcome = match (later(c), kernel) {
+                        (Some((change, later)), Some(k)) if change.holds_on(k) => later,
+                        _ => c.outcome,
+                    };
+                    (c.name, outcome.to_string())
+                })
+                .collect();
+            let theirs: Vec<(&str, String)> =
+                rows.iter().map(|(n, w)| (*n, w.to_string())).collect();
+            assert_eq!(theirs, ours, "summary snapshot {suffix:?}");
         }
     }
 }

@@ -7,8 +7,9 @@
 
 use std::fmt::Display;
 
+use contracts::failures::FailureCase;
 use lab::kernel::{KernelVersion, RxeChange};
-use lab::{Errno, Error, WcStatus, WorkCompletion};
+use lab::{Errno, Error, HintCode, WcStatus, WorkCompletion};
 
 /// "1 check", "5 checks".
 pub fn checks(n: u32) -> String {
@@ -22,11 +23,23 @@ pub struct Report {
     checks: u32,
     mismatches: Vec<String>,
     explained: Vec<WcStatus>,
+    /// The hint the case's row of the table names (`contracts::failures`): a failed verb's
+    /// error must carry it.
+    hint: Option<HintCode>,
 }
 
 impl Report {
+    /// An account that names no hint (the pair halves, which fail no verb).
     pub fn new() -> Report {
         Report::default()
+    }
+
+    /// The account of `case`, checked against its row of the table.
+    pub fn for_case(case: &FailureCase) -> Report {
+        Report {
+            hint: case.hint,
+            ..Report::default()
+        }
     }
 
     /// `step N: ...`: what the case does next.
@@ -91,17 +104,27 @@ impl Report {
         }
     }
 
-    /// Checks that the error `e` of a failed verb carries the errno `want`.
+    /// Checks that the error `e` of a failed verb carries the errno `want`, and the hint the
+    /// case's row of the table names (one check: the errno and the hint lab draws from it).
     pub fn error(&mut self, who: &str, e: &Error, want: i32) {
         self.checks += 1;
         let got = e.errno();
         let shown = got.map_or_else(|| "no errno".to_string(), |e| e.to_string());
         println!("  {who}: returned {shown}");
-        for line in e.to_string().lines() {
+        for line in e.report().to_string().lines() {
             println!("    lab: {}", line.trim_start());
         }
         if got != Some(Errno(want)) {
             self.mismatch(format!("{who}: got {shown}, expected {}", Errno(want)));
+        }
+        let hint = e.hint().map(|h| h.code());
+        if hint != self.hint {
+            let name = |h: Option<HintCode>| h.map_or("none".to_string(), |h| h.to_string());
+            self.mismatch(format!(
+                "{who}: lab's hint is {}, the table names {}",
+                name(hint),
+                name(self.hint)
+            ));
         }
     }
 

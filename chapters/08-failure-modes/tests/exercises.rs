@@ -186,7 +186,7 @@ fn check_rnr_recover((rts_of, recover): (SenderRts, Recover)) {
             fail(
                 "A's bring-up refused your RTS attributes",
                 "RTS",
-                &e.to_string(),
+                &e.report().to_string(),
             )
         });
     let b = b
@@ -258,7 +258,7 @@ fn check_rnr_recover((rts_of, recover): (SenderRts, Recover)) {
     };
     let a = match step("recover", || recover(a, peer)) {
         Ok(a) => a,
-        Err(e) => fail("recover failed", "A back in RTS", &e.to_string()),
+        Err(e) => fail("recover failed", "A back in RTS", &e.report().to_string()),
     };
     let dsge = [dst.sge(..)];
     b.post_recv_one(RecvWr::new(2, &dsge))

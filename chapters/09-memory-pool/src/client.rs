@@ -62,9 +62,10 @@ pub(crate) fn connect(
                     id = resolved(dst)?;
                 }
                 other => {
+                    let hint = other.hint().map(|h| format!("\n  hint: {h}"));
                     return Err(format!(
                         "rdma_connect to the pool server: {other}{}",
-                        other.hint()
+                        hint.unwrap_or_default()
                     )
                     .into());
                 }

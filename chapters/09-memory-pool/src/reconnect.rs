@@ -234,7 +234,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
             let errno = e.errno();
             println!(
                 "  ibv_modify_qp(ERR -> INIT) is refused: {}: not a legal transition",
-                errno.map_or(e.to_string(), |x| x.to_string())
+                errno.map_or(e.report().to_string(), |x| x.to_string())
             );
             ok &= errno == Some(lab::Errno(22)); // EINVAL
         }

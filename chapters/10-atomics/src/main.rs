@@ -48,7 +48,7 @@ use clap::Parser;
 use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
 use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use lab::show::{self, Align, Table};
-use lab::{AccessFlags, Error, QpInitAttr, QpState, RemotePool, RemoteRegion};
+use lab::{AccessFlags, QpInitAttr, QpState, RemotePool, RemoteRegion, Verb};
 
 const PSN: u32 = 0x000200;
 const CONNECT: Duration = Duration::from_secs(60);
@@ -511,11 +511,10 @@ fn misaligned(args: &Args, host: &str) -> Result<bool> {
             show::addr(base + offset),
         );
         match r {
-            Err(e @ Error::PostSend { .. }) if e.errno().map(|e| e.0) == Some(22) => {
-                // The error's first line names the verb and the errno (its hint repeats the
-                // address in raw hex, so it is not printed here).
-                let text = e.to_string();
-                println!("    {}", text.lines().next().unwrap_or_default());
+            Err(e) if e.verb() == Some(Verb::PostSend) && e.errno().map(|e| e.0) == Some(22) => {
+                // The message names the verb and the errno (its hint, `atomic-alignment`,
+                // repeats the address in raw hex, so it is not printed here).
+                println!("    {e}");
             }
             other => {
                 ok = false;

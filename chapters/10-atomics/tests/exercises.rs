@@ -149,7 +149,7 @@ fn locked_increment(lock: &Lock, shared: &MemoryRegion, me: u64, imp: Impls, nam
         }
     };
     if let Err(e) = run("acquire", imp.0) {
-        fail("acquire failed", "the lock taken", &e.to_string());
+        fail("acquire failed", "the lock taken", &e.report().to_string());
     }
     let held = word(shared, LOCK);
     if held != me {
@@ -161,7 +161,11 @@ fn locked_increment(lock: &Lock, shared: &MemoryRegion, me: u64, imp: Impls, nam
     }
     lock.increment().expect("the READ and WRITE of the counter");
     if let Err(e) = run("release", imp.1) {
-        fail("release failed", "the lock given back", &e.to_string());
+        fail(
+            "release failed",
+            "the lock given back",
+            &e.report().to_string(),
+        );
     }
 }
 
@@ -327,14 +331,19 @@ fn take_failed(e: &lab::Error, counter: &MemoryRegion) -> ! {
             &format!("{} ({access})", wc.status),
         );
     }
-    if let lab::Error::PostSend { errno, .. } = e {
+    if let lab::Error::Verb {
+        verb: lab::Verb::PostSend,
+        errno,
+        ..
+    } = e
+    {
         fail(
             &format!("ibv_post_send refused the FETCH_AND_ADD: {errno}"),
             "the work request posted",
-            &e.to_string(),
+            &e.report().to_string(),
         );
     }
-    fail("take_ticket failed", "a ticket", &e.to_string())
+    fail("take_ticket failed", "a ticket", &e.report().to_string())
 }
 
 /// The check: the counter through your `register_counter`, one ticket on this thread (where
@@ -345,7 +354,11 @@ fn check_tickets((register, take): (Register, Take)) {
     let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID").gid;
     let counter = match step("register_counter", || register(&pd)) {
         Ok(mr) => mr,
-        Err(e) => fail("ibv_reg_mr refused the counter", "a region", &e.to_string()),
+        Err(e) => fail(
+            "ibv_reg_mr refused the counter",
+            "a region",
+            &e.report().to_string(),
+        ),
     };
     if counter.len() < 8 {
         fail(

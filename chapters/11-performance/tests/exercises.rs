@@ -108,7 +108,7 @@ fn connect<'a>(
         Err(e) => fail(
             "ibv_create_qp refused your qp_attr",
             "an RC QP",
-            &e.to_string(),
+            &e.report().to_string(),
         ),
     };
     let peer = pd
@@ -180,8 +180,16 @@ fn check_write_chain(imp: Impls) {
 
 /// `ibv_post_send` refused a WR: the errno, which WR, and what of the chain went out anyway.
 fn refused(e: &lab::Error, qp: &QueuePair, target: &MemoryRegion, want: &[u8]) -> ! {
-    let lab::Error::PostSend { errno, index, .. } = e else {
-        fail("post_chain failed", "Ok(())", &e.to_string());
+    let (
+        lab::Error::Verb {
+            verb: lab::Verb::PostSend,
+            errno,
+            ..
+        },
+        Some(index),
+    ) = (e, e.wr_index())
+    else {
+        fail("post_chain failed", "Ok(())", &e.report().to_string());
     };
     let cap = qp.cap();
     let why = match errno.name() {
@@ -200,11 +208,11 @@ fn refused(e: &lab::Error, qp: &QueuePair, target: &MemoryRegion, want: &[u8]) -
         _ => "see the error".into(),
     };
     // The WRs before the refused one were queued, and the doorbell rang for them.
-    let n = landed(target, want, *index);
+    let n = landed(target, want, index);
     fail(
         &format!("ibv_post_send refused WR #{index} of {CHAIN} with {errno}: {why}"),
         &format!("the whole chain posted (Ok(())), {CHAIN} WRITEs landed"),
-        &format!("{e}\n{n} WRs landed ({})", before(*index)),
+        &format!("{}\n{n} WRs landed ({})", e.report(), before(index)),
     );
 }
 

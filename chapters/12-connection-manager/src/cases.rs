@@ -33,7 +33,10 @@ pub(crate) fn unreachable_case(dst: SocketAddr) -> Result {
         show::elapsed(took),
         deadline.as_secs()
     );
-    println!("  hint: {}", ev.hint().text().unwrap_or("none"));
+    match ev.hint() {
+        Some(h) => println!("  hint: {h}"),
+        None => println!("  hint: none"),
+    }
     expect(
         matches!(ev, CmEvent::AddrError { .. } | CmEvent::Unreachable { .. }),
         || format!("expected ADDR_ERROR or UNREACHABLE, got {ev}"),
@@ -65,9 +68,9 @@ pub(crate) fn localhost_case(dst: SocketAddr) -> Result {
             })?;
         }
         Err(e) => {
-            println!("step 2: {role}: {e}");
+            println!("step 2: {role}: {}", e.report());
             expect(e.errno() == Some(lab::Errno(19)), || {
-                format!("expected ENODEV, got {e}")
+                format!("expected ENODEV, got {}", e.report())
             })?;
         }
     }
@@ -92,7 +95,7 @@ pub(crate) fn reconnect_case(o: &Opts, dst: SocketAddr) -> Result {
         Ok(()) => return Err("ERR -> INIT was accepted".into()),
         Err(e) => println!(
             "  ibv_modify_qp(ERR -> INIT) is refused: {}",
-            e.errno().map_or(e.to_string(), |x| x.to_string())
+            e.errno().map_or(e.report().to_string(), |x| x.to_string())
         ),
     }
     let qp = qp.reset().map_err(|e| Failure(e.to_string()))?;

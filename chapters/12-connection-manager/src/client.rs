@@ -185,7 +185,10 @@ pub(crate) fn connect(
             lab::course::done(true, "the connection was refused exactly as expected");
             Ok(None)
         }
-        other => Err(format!("rdma_connect: {other}{}", other.hint()).into()),
+        other => {
+            let hint = other.hint().map(|h| format!("\n  hint: {h}"));
+            Err(format!("rdma_connect: {other}{}", hint.unwrap_or_default()).into())
+        }
     }
 }
 

@@ -104,7 +104,7 @@ fn client(which: &str) {
         Err(e) => fail(
             &format!("your connect returned an error: {e}"),
             "ADDR_RESOLVED, ROUTE_RESOLVED, a QP, then ESTABLISHED",
-            &e.to_string(),
+            &e.report().to_string(),
         ),
     };
     let st = qp.state().expect("ibv_query_qp");
@@ -280,7 +280,7 @@ fn check_refused(connect_answer: ConnectAnswer) {
             Err(e) => fail(
                 &format!("{round}: connect_answer returned an error: {e}"),
                 &format!("{want:?}"),
-                &e.to_string(),
+                &e.report().to_string(),
             ),
         };
         if got == Answer::Accepted {

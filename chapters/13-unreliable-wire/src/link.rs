@@ -106,7 +106,7 @@ pub fn wait(cq: &CompletionQueue, within: Duration, what: &str) -> Result<Option
     match cq.wait_one(within) {
         Ok(wc) => Ok(Some(wc)),
         Err(lab::Error::CompletionTimeout { .. }) => Ok(None),
-        Err(e) => Err(Failure(format!("waiting for {what}: {e}"))),
+        Err(e) => Err(Failure(format!("waiting for {what}: {}", e.report()))),
     }
 }
 

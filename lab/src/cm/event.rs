@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 
 use rdma_sys::*;
 
-use crate::error::{Errno, Error, Hint, Result, rc, report_drop_failure};
+use crate::error::{Errno, Error, Hint, HintCode, Result, Verb, rc, report_drop_failure};
 use crate::flags::c_enum;
 
 use super::{CM_RESPONSE_TIMEOUT, CmId, NO_CM_PEER_WAIT};
@@ -225,25 +225,25 @@ impl CmEvent {
     }
 
     /// What a learner should do about this event when it was not the one wanted.
-    pub fn hint(&self) -> Hint {
-        match self {
-            CmEvent::Rejected { reason, .. } => Hint::new(reason.explanation()),
-            CmEvent::AddrError { .. } => Hint::new(
-                "no device route or no ARP reply for that address: is it the peer's rxe netdev \
-                 address (`ip -4 addr`, `rdma link`), and is the peer up?",
-            ),
-            CmEvent::Unreachable { .. } => Hint::new(format!(
-                "the peer's CM never answered: a host with no rdma_cm peer costs at least {:.1} \
-                 s per REQ try, up to 16 tries ({} s in all on rxe); is rdma_rxe loaded on the \
-                 peer and the address right?",
-                CM_RESPONSE_TIMEOUT.as_secs_f64(),
-                NO_CM_PEER_WAIT.as_secs()
-            )),
-            CmEvent::Disconnected => {
-                Hint::new("the peer disconnected (or its process died): reconnect from RESET")
+    pub fn hint(&self) -> Option<Hint> {
+        Some(match self {
+            CmEvent::Rejected { reason, .. } => {
+                Hint::detailed(HintCode::CmRejected, reason.explanation())
             }
-            _ => Hint::none(),
-        }
+            CmEvent::AddrError { .. } => Hint::new(HintCode::CmAddrError),
+            CmEvent::Unreachable { .. } => Hint::detailed(
+                HintCode::CmUnreachable,
+                format!(
+                    "the peer's CM never answered: a host with no rdma_cm peer costs at least \
+                     {:.1} s per REQ try, up to 16 tries ({} s in all on rxe); is rdma_rxe \
+                     loaded on the peer and the address right?",
+                    CM_RESPONSE_TIMEOUT.as_secs_f64(),
+                    NO_CM_PEER_WAIT.as_secs()
+                ),
+            ),
+            CmEvent::Disconnected => Hint::new(HintCode::CmDisconnected),
+            _ => return None,
+        })
     }
 }
 
@@ -274,11 +274,7 @@ impl Drop for RawEvent {
         // SAFETY: the event came from rdma_get_cm_event and is acknowledged exactly once, here;
         // nothing reads it afterwards (what was needed is copied).
         let ret = unsafe { rdma_ack_cm_event(self.0.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::Cm {
-            call: "rdma_ack_cm_event",
-            errno,
-            hint: Hint::none(),
-        }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::AckCmEvent, errno)) {
             report_drop_failure("rdma_ack_cm_event", &e);
         }
     }

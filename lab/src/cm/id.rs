@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdma_sys::*;
 
 use crate::device::{Context, set_nonblocking};
-use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Errno, Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 use crate::pd::ProtectionDomain;
 use crate::qp::{QpInitAttr, QueuePair, state};
 
@@ -33,13 +33,8 @@ unsafe impl Sync for ChannelInner {}
 impl ChannelInner {
     fn new() -> Result<ChannelInner> {
         // SAFETY: no arguments; the result is checked for NULL.
-        let ch = ptr(unsafe { rdma_create_event_channel() }, |errno| Error::Cm {
-            call: "rdma_create_event_channel",
-            errno,
-            hint: Hint::new(
-                "is the rdma_ucm module loaded and /dev/infiniband/rdma_cm readable? \
-                 (run inside the lab: `cargo lab ...`)",
-            ),
+        let ch = ptr(unsafe { rdma_create_event_channel() }, |errno| {
+            Error::failed(Verb::CreateEventChannel, errno).with_hint(Hint::new(HintCode::NoRdmaUcm))
         })?;
         // The fd is polled with a deadline; non-blocking so a read never waits past it.
         // SAFETY: the channel is alive; `fd` is a plain field.
@@ -87,11 +82,7 @@ impl Drop for IdInner {
         // inner) is gone, and every event was acknowledged inside `get_event`, so
         // rdma_destroy_id does not wait.
         let ret = unsafe { rdma_destroy_id(self.id.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::Cm {
-            call: "rdma_destroy_id",
-            errno,
-            hint: Hint::none(),
-        }) {
+        if let Err(e) = rc(ret, cm_err(Verb::DestroyId)) {
             report_drop_failure("rdma_destroy_id", &e);
         }
     }
@@ -112,12 +103,8 @@ impl fmt::Debug for CmId {
     }
 }
 
-fn cm_err(call: &'static str) -> impl FnOnce(Errno) -> Error {
-    move |errno| Error::Cm {
-        call,
-        errno,
-        hint: Hint::none(),
-    }
+fn cm_err(verb: Verb) -> impl FnOnce(Errno) -> Error {
+    move |errno| Error::failed(verb, errno)
 }
 
 fn ms(d: Duration) -> c_int {
@@ -139,8 +126,8 @@ impl CmId {
                 rdma_port_space::RDMA_PS_TCP,
             )
         };
-        rc(ret, cm_err("rdma_create_id"))?;
-        let id = ptr(id, cm_err("rdma_create_id"))?;
+        rc(ret, cm_err(Verb::CreateId))?;
+        let id = ptr(id, cm_err(Verb::CreateId))?;
         Ok(CmId {
             inner: Arc::new(IdInner { id, channel }),
         })
@@ -178,14 +165,8 @@ impl CmId {
         let verbs = unsafe { (*self.raw()).verbs };
         match NonNull::new(verbs) {
             Some(v) => Ok(Context::borrowed(v)),
-            None => Err(Error::Cm {
-                call: "rdma_cm_id.verbs",
-                errno: Errno(libc::ENODEV),
-                hint: Hint::new(
-                    "the id has no device yet: resolve the address (active side) or use the id \
-                     of a CONNECT_REQUEST (passive side); a listener bound to 0.0.0.0 has none",
-                ),
-            }),
+            None => Err(Error::failed(Verb::IdVerbs, Errno(libc::ENODEV))
+                .with_hint(Hint::new(HintCode::CmIdWithoutDevice))),
         }
     }
 
@@ -219,14 +200,17 @@ impl CmId {
                 return Err(Error::EventTimeout {
                     what: "rdma_cm event".into(),
                     timeout,
-                    hint: Hint::new(format!(
-                        "is the peer running and reachable? (a connect to a host with no CM \
-                         peer waits at least {:.1} s per REQ try, {} s in all before \
-                         UNREACHABLE on rxe: give a connect a deadline beyond that, or expect \
-                         this timeout)",
-                        CM_RESPONSE_TIMEOUT.as_secs_f64(),
-                        NO_CM_PEER_WAIT.as_secs()
-                    )),
+                    hints: vec![Hint::detailed(
+                        HintCode::CmNoEvent,
+                        format!(
+                            "is the peer running and reachable? (a connect to a host with no CM \
+                             peer waits at least {:.1} s per REQ try, {} s in all before \
+                             UNREACHABLE on rxe: give a connect a deadline beyond that, or \
+                             expect this timeout)",
+                            CM_RESPONSE_TIMEOUT.as_secs_f64(),
+                            NO_CM_PEER_WAIT.as_secs()
+                        ),
+                    )],
                 });
             }
             let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
@@ -237,9 +221,9 @@ impl CmId {
                 if errno.0 == libc::EAGAIN || errno.0 == libc::EINTR {
                     continue;
                 }
-                return Err(cm_err("rdma_get_cm_event")(errno));
+                return Err(cm_err(Verb::GetCmEvent)(errno));
             }
-            let guard = RawEvent(ptr(ev, cm_err("rdma_get_cm_event"))?);
+            let guard = RawEvent(ptr(ev, cm_err(Verb::GetCmEvent))?);
             return self.decode(guard);
         }
     }
@@ -271,10 +255,9 @@ impl CmId {
         };
         drop(guard); // acknowledged: nothing above points into the event any more
         CmEvent::decode(raw, status, &data, || {
-            let id = NonNull::new(new_id).ok_or(Error::Cm {
-                call: "rdma_get_cm_event",
-                errno: Errno(libc::EINVAL),
-                hint: Hint::new("a CONNECT_REQUEST without an id"),
+            let id = NonNull::new(new_id).ok_or_else(|| {
+                Error::failed(Verb::GetCmEvent, Errno(libc::EINVAL))
+                    .with_hint(Hint::new(HintCode::RequestWithoutId))
             })?;
             let channel = Arc::new(ChannelInner::new()?);
             // The new id is ours from here: destroy it on any failure below.
@@ -289,7 +272,7 @@ impl CmId {
             let ret = unsafe { rdma_migrate_id(id.as_ptr(), channel.ch.as_ptr()) };
             // On failure `req` is dropped here: rdma_destroy_id, while the listener's channel
             // (which the id then still uses) is alive.
-            rc(ret, cm_err("rdma_migrate_id"))?;
+            rc(ret, cm_err(Verb::MigrateId))?;
             Ok((req, ird, ord))
         })
     }
@@ -304,7 +287,7 @@ impl CmId {
             Err(Error::CmEvent {
                 want: want.name(),
                 got: ev.to_string(),
-                hint: ev.hint(),
+                hints: ev.hint().into_iter().collect(),
             })
         }
     }
@@ -331,10 +314,8 @@ impl CmId {
                 ms(timeout),
             )
         };
-        rc(ret, |errno| Error::Cm {
-            call: "rdma_resolve_addr",
-            errno,
-            hint: loopback_hint(dst.ip()),
+        rc(ret, |errno| {
+            Error::failed(Verb::ResolveAddr, errno).with_hint(loopback_hint(dst.ip()))
         })
     }
 
@@ -344,10 +325,8 @@ impl CmId {
         // SAFETY: the id is alive.
         let ret = unsafe { rdma_resolve_route(self.raw(), ms(timeout)) };
         let peer = self.peer_addr().map(|a| a.ip());
-        rc(ret, |errno| Error::Cm {
-            call: "rdma_resolve_route",
-            errno,
-            hint: peer.map_or(Hint::none(), loopback_hint),
+        rc(ret, |errno| {
+            Error::failed(Verb::ResolveRoute, errno).with_hint(peer.map(loopback_hint))
         })
     }
 
@@ -362,21 +341,13 @@ impl CmId {
         let mut ia = init.raw();
         // SAFETY: the id, the PD and the CQs are alive; `ia` is a valid in/out pointer.
         let ret = unsafe { rdma_create_qp(self.raw(), pd.raw(), &mut ia) };
-        rc(ret, |errno| Error::Cm {
-            call: "rdma_create_qp",
-            errno,
-            hint: if errno.0 == libc::EINVAL {
-                Hint::new(
-                    "the PD must be allocated on the id's own device context (CmId::context), \
-                     not on a Context opened separately",
-                )
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            Error::failed(Verb::CreateCmQp, errno)
+                .with_hint((errno.0 == libc::EINVAL).then_some(Hint::new(HintCode::CmQpPd)))
         })?;
         // SAFETY: rdma_create_qp succeeded, so `id->qp` is the new QP.
         let qp = unsafe { (*self.raw()).qp };
-        let qp = ptr(qp, cm_err("rdma_create_qp"))?;
+        let qp = ptr(qp, cm_err(Verb::CreateCmQp))?;
         Ok(QueuePair::from_cm(
             qp,
             pd,
@@ -391,12 +362,12 @@ impl CmId {
     /// [`MAX_CONNECT_DATA`] bytes). Completes with ESTABLISHED, REJECTED, UNREACHABLE or
     /// CONNECT_ERROR.
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
-        check_len("rdma_connect", &param.private_data, MAX_CONNECT_DATA)?;
+        check_len(Verb::Connect, &param.private_data, MAX_CONNECT_DATA)?;
         let mut p = param.raw();
         // SAFETY: the id is alive and has its route; `p` and its private data are valid for
         // the call (librdmacm copies them).
         let ret = unsafe { rdma_connect(self.raw(), &mut p) };
-        rc(ret, cm_err("rdma_connect"))
+        rc(ret, cm_err(Verb::Connect))
     }
 
     /// Binds to a local address and listens (`rdma_bind_addr(3)` + `rdma_listen(3)`).
@@ -404,22 +375,17 @@ impl CmId {
         let mut a = to_sockaddr(addr);
         // SAFETY: the id is alive; `a` is a valid sockaddr for the call.
         let ret = unsafe { rdma_bind_addr(self.raw(), (&raw mut a).cast::<libc::sockaddr>()) };
-        rc(ret, |errno| Error::Cm {
-            call: "rdma_bind_addr",
-            errno,
-            hint: if errno.0 == libc::EADDRINUSE {
-                Hint::new(
-                    "another rdma_cm listener has this port (an earlier server still running?)",
-                )
-            } else if errno.0 == libc::EADDRNOTAVAIL || errno.0 == libc::ENODEV {
-                Hint::new("bind to the rxe netdev's address (or 0.0.0.0)")
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            let hint = match errno.0 {
+                libc::EADDRINUSE => Some(HintCode::CmPortInUse),
+                libc::EADDRNOTAVAIL | libc::ENODEV => Some(HintCode::CmBindAddress),
+                _ => None,
+            };
+            Error::failed(Verb::BindAddr, errno).with_hint(hint.map(Hint::new))
         })?;
         // SAFETY: the id is alive and bound.
         let ret = unsafe { rdma_listen(self.raw(), backlog) };
-        rc(ret, cm_err("rdma_listen"))
+        rc(ret, cm_err(Verb::Listen))
     }
 
     /// Waits for a CONNECT_REQUEST on a listening id.
@@ -434,18 +400,18 @@ impl CmId {
     /// then answers with a REP carrying `param`'s private data (at most [`MAX_ACCEPT_DATA`]
     /// bytes). ESTABLISHED follows when the requester's RTU arrives.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
-        check_len("rdma_accept", &param.private_data, MAX_ACCEPT_DATA)?;
+        check_len(Verb::Accept, &param.private_data, MAX_ACCEPT_DATA)?;
         let mut p = param.raw();
         // SAFETY: the id is alive (a request's id); `p` is valid for the call.
         let ret = unsafe { rdma_accept(self.raw(), &mut p) };
-        rc(ret, cm_err("rdma_accept"))
+        rc(ret, cm_err(Verb::Accept))
     }
 
     /// Refuses a connection request (`rdma_reject(3)`) with private data (at most
     /// [`MAX_REJECT_DATA`] bytes); the requester sees REJECTED with status 28
     /// (`IB_CM_REJ_CONSUMER_DEFINED`) and the data.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
-        check_len("rdma_reject", private_data, MAX_REJECT_DATA)?;
+        check_len(Verb::Reject, private_data, MAX_REJECT_DATA)?;
         // SAFETY: the id is alive; the data is valid for the call (copied by librdmacm).
         let ret = unsafe {
             rdma_reject(
@@ -454,7 +420,7 @@ impl CmId {
                 private_data.len() as u8,
             )
         };
-        rc(ret, cm_err("rdma_reject"))
+        rc(ret, cm_err(Verb::Reject))
     }
 
     /// Disconnects (`rdma_disconnect(3)`): librdmacm moves the id's QP to ERR (outstanding
@@ -463,31 +429,29 @@ impl CmId {
     pub fn disconnect(&self) -> Result<()> {
         // SAFETY: the id is alive.
         let ret = unsafe { rdma_disconnect(self.raw()) };
-        rc(ret, cm_err("rdma_disconnect"))
+        rc(ret, cm_err(Verb::Disconnect))
     }
 }
 
-pub(super) fn check_len(call: &'static str, data: &[u8], max: usize) -> Result<()> {
+pub(super) fn check_len(verb: Verb, data: &[u8], max: usize) -> Result<()> {
     if data.len() > max {
-        return Err(Error::Cm {
-            call,
-            errno: Errno(libc::EINVAL),
-            hint: Hint::new(format!(
-                "{} bytes of private data; at most {max} fit in this message on IB/RoCE",
-                data.len()
+        return Err(
+            Error::failed(verb, Errno(libc::EINVAL)).with_hint(Hint::detailed(
+                HintCode::PrivateDataTooLong,
+                format!(
+                    "{} bytes of private data; at most {max} fit in this message on IB/RoCE",
+                    data.len()
+                ),
             )),
-        });
+        );
     }
     Ok(())
 }
 
 pub(super) fn loopback_hint(ip: IpAddr) -> Hint {
-    if ip.is_loopback() {
-        Hint::new(
-            "127.0.0.1 cannot be routed on RoCE (no RDMA device sits on `lo`): use the rxe \
-             netdev's address (10.99.0.1 in the loopback lab; `rdma link` names the netdev)",
-        )
+    Hint::new(if ip.is_loopback() {
+        HintCode::LoopbackAddress
     } else {
-        Hint::new("is the address on an rxe netdev (`rdma link`, `ip -4 addr`)?")
-    }
+        HintCode::NotRxeAddress
+    })
 }

@@ -68,7 +68,7 @@ mod tests {
     use super::addr::{from_sockaddr, to_sockaddr};
     use super::id::{check_len, loopback_hint};
     use super::*;
-    use crate::error::{Errno, Error, Hint, Result};
+    use crate::error::{Errno, Error, HintCode, Result, Verb};
     use rdma_sys::*;
     use std::mem::{align_of, offset_of, size_of};
     use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -138,7 +138,8 @@ mod tests {
             "RDMA_CM_EVENT_REJECTED (8), status 28 (IB_CM_REJ_CONSUMER_DEFINED)"
         );
         let ev = CmEvent::decode(8, 8, &[], no_request).unwrap();
-        assert!(ev.hint().text().unwrap().contains("nobody listens"));
+        assert_eq!(ev.hint().map(|h| h.code()), Some(HintCode::CmRejected));
+        assert!(ev.hint().unwrap().text().contains("nobody listens"));
         let ev = CmEvent::decode(1, -110, &[], no_request).unwrap();
         assert!(matches!(ev, CmEvent::AddrError { status: -110 }));
         assert_eq!(
@@ -146,7 +147,8 @@ mod tests {
             "RDMA_CM_EVENT_ADDR_ERROR (1), status -110 (-ETIMEDOUT)"
         );
         let ev = CmEvent::decode(7, -110, &[], no_request).unwrap();
-        assert!(ev.hint().text().unwrap().contains("4.3 s per REQ try"));
+        assert_eq!(ev.hint().map(|h| h.code()), Some(HintCode::CmUnreachable));
+        assert!(ev.hint().unwrap().text().contains("4.3 s per REQ try"));
         let ev = CmEvent::decode(9, 0, b"region", no_request).unwrap();
         assert_eq!(ev.to_string(), "RDMA_CM_EVENT_ESTABLISHED (9)");
         assert_eq!(ev.private_data(), b"region");
@@ -175,26 +177,31 @@ mod tests {
     #[test]
     fn a_failing_request_id_is_an_error() {
         let r = CmEvent::decode(4, 0, &[0; 56], || {
-            Err(Error::Cm {
-                call: "rdma_migrate_id",
-                errno: Errno(libc::ENOMEM),
-                hint: Hint::none(),
-            })
+            Err(Error::failed(Verb::MigrateId, Errno(libc::ENOMEM)))
         });
-        assert!(r.unwrap_err().to_string().contains("rdma_migrate_id"));
+        let e = r.unwrap_err();
+        assert_eq!(e.verb(), Some(Verb::MigrateId));
+        assert_eq!(e.to_string(), "rdma_migrate_id failed: ENOMEM (12)");
     }
 
     #[test]
     fn oversized_private_data_is_refused_with_the_limit() {
-        let e = check_len("rdma_connect", &[0; 57], MAX_CONNECT_DATA).unwrap_err();
-        assert!(e.to_string().contains("at most 56"), "{e}");
-        assert!(check_len("rdma_connect", &[0; 56], MAX_CONNECT_DATA).is_ok());
+        let e = check_len(Verb::Connect, &[0; 57], MAX_CONNECT_DATA).unwrap_err();
+        assert_eq!(e.to_string(), "rdma_connect failed: EINVAL (22)");
+        let h = e.hint().unwrap();
+        assert_eq!(h.code(), HintCode::PrivateDataTooLong);
+        assert!(h.text().contains("at most 56"), "{h}");
+        assert!(check_len(Verb::Connect, &[0; 56], MAX_CONNECT_DATA).is_ok());
     }
 
     #[test]
     fn loopback_addresses_get_the_roce_hint() {
         let h = loopback_hint(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        assert!(h.text().unwrap().contains("use the rxe netdev's address"));
+        assert_eq!(h.code(), HintCode::LoopbackAddress);
+        assert_eq!(
+            loopback_hint(IpAddr::V4(Ipv4Addr::new(10, 99, 0, 1))).code(),
+            HintCode::NotRxeAddress
+        );
         let s = SocketAddr::from(([10, 99, 0, 1], 7471));
         let ss = to_sockaddr(s);
         // SAFETY: `ss` holds a sockaddr_in written by to_sockaddr.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use rdma_sys::*;
 
 use crate::device::{Context, poll_readable, set_nonblocking};
-use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Errno, Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 
 pub(crate) mod wc;
 
@@ -50,10 +50,7 @@ impl Drop for ChannelInner {
         }
         // SAFETY: every CQ using the channel holds an Arc to it, so none is left; destroyed once.
         let ret = unsafe { ibv_destroy_comp_channel(self.ch.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::DestroyCompChannel {
-            errno,
-            hint: Hint::none(),
-        }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DestroyCompChannel, errno)) {
             report_drop_failure("ibv_destroy_comp_channel", &e);
         }
     }
@@ -79,7 +76,7 @@ impl Context {
     pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
         // SAFETY: the context is open.
         let ch = ptr(unsafe { ibv_create_comp_channel(self.raw()) }, |errno| {
-            Error::CreateCompChannel { errno }
+            Error::failed(Verb::CreateCompChannel, errno)
         })?;
         let inner = Arc::new(ChannelInner {
             ch,
@@ -102,14 +99,10 @@ impl Context {
         let ch = channel.map_or(std::ptr::null_mut(), |c| c.inner.ch.as_ptr());
         // SAFETY: the context is open; `ch` is null or a live channel of this context.
         let cq = unsafe { ibv_create_cq(self.raw(), cqe, std::ptr::null_mut(), ch, 0) };
-        let cq = ptr(cq, |errno| Error::CreateCq {
-            cqe,
-            errno,
-            hint: if errno.0 == libc::EINVAL {
-                Hint::new("cqe must be between 1 and the device's max_cqe (query_device)")
-            } else {
-                Hint::none()
-            },
+        let cq = ptr(cq, |errno| {
+            Error::failed(Verb::CreateCq, errno)
+                .args(format!("cqe {cqe}"))
+                .with_hint((errno.0 == libc::EINVAL).then_some(Hint::new(HintCode::CqeRange)))
         })?;
         let inner = Arc::new(CqInner {
             cq,
@@ -147,11 +140,7 @@ impl CompletionChannel {
                 return Err(Error::EventTimeout {
                     what: "completion event on the channel".into(),
                     timeout,
-                    hint: Hint::new(
-                        "arm the CQ with req_notify() before the completion arrives, and re-arm \
-                         after every event; a completion already in the CQ when you arm raises no \
-                         event, so drain the CQ after arming",
-                    ),
+                    hints: vec![Hint::new(HintCode::CqNotArmed)],
                 });
             }
             let mut cq: *mut ibv_cq = std::ptr::null_mut();
@@ -163,10 +152,7 @@ impl CompletionChannel {
                 if errno.0 == libc::EAGAIN || errno.0 == libc::EINTR {
                     continue; // spurious wake-up: wait again
                 }
-                return Err(Error::GetCqEvent {
-                    errno,
-                    hint: Hint::none(),
-                });
+                return Err(Error::failed(Verb::GetCqEvent, errno));
             }
             let inner_ptr = cq_ctx as *const CqInner;
             // SAFETY: every CQ lab creates has cq_context = Arc::as_ptr of its inner, and the CQ
@@ -192,15 +178,18 @@ impl CompletionChannel {
         let users = Arc::strong_count(&self.inner) - 1;
         // SAFETY: the channel is alive; on success `destroyed` stops Drop from repeating it.
         let ret = unsafe { ibv_destroy_comp_channel(self.inner.ch.as_ptr()) };
-        rc(ret, |errno| Error::DestroyCompChannel {
-            errno,
-            hint: if errno.0 == libc::EBUSY {
-                Hint::new(format!(
-                    "{users} completion queue(s) still use this channel: destroy them first"
-                ))
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            Error::failed(Verb::DestroyCompChannel, errno).with_hint((errno.0 == libc::EBUSY).then(
+                || {
+                    Hint::detailed(
+                        HintCode::ChannelBusy,
+                        format!(
+                            "{users} completion queue(s) still use this channel: destroy them \
+                             first"
+                        ),
+                    )
+                },
+            ))
         })?;
         self.inner.destroyed.store(true, Ordering::Release);
         Ok(())
@@ -272,10 +261,7 @@ impl Drop for CqInner {
         // SAFETY: QPs using this CQ and unacked events hold Arcs to it, so none is left; the CQ
         // is destroyed exactly once.
         let ret = unsafe { ibv_destroy_cq(self.cq.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::DestroyCq {
-            errno,
-            hint: Hint::none(),
-        }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DestroyCq, errno)) {
             report_drop_failure("ibv_destroy_cq", &e);
         }
     }
@@ -397,7 +383,7 @@ impl CompletionQueue {
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // SAFETY: the CQ is alive.
         let ret = unsafe { ibv_req_notify_cq(self.inner.cq.as_ptr(), solicited_only as c_int) };
-        rc(ret, |errno| Error::ReqNotifyCq { errno })
+        rc(ret, |errno| Error::failed(Verb::ReqNotifyCq, errno))
     }
 
     /// Waits for the next completion event of this CQ's channel
@@ -437,26 +423,26 @@ impl CompletionQueue {
     pub fn destroy(self) -> Result<()> {
         let unacked = self.unacked_events();
         if unacked > 0 {
-            return Err(Error::DestroyCq {
-                errno: Errno(libc::EBUSY),
-                hint: Hint::new(format!(
-                    "{unacked} completion event(s) not acknowledged: ibv_destroy_cq would block \
-                     forever; ack every event (CqEvent::ack) first"
+            return Err(
+                Error::failed(Verb::DestroyCq, Errno(libc::EBUSY)).with_hint(Hint::detailed(
+                    HintCode::UnackedEvents,
+                    format!(
+                        "{unacked} completion event(s) not acknowledged: ibv_destroy_cq would \
+                         block forever; ack every event (CqEvent::ack) first"
+                    ),
                 )),
-            });
+            );
         }
         let users = Arc::strong_count(&self.inner) - 1;
         // SAFETY: the CQ is alive; on success `destroyed` stops Drop from repeating it.
         let ret = unsafe { ibv_destroy_cq(self.inner.cq.as_ptr()) };
-        rc(ret, |errno| Error::DestroyCq {
-            errno,
-            hint: if errno.0 == libc::EBUSY {
-                Hint::new(format!(
-                    "{users} queue pair(s) still use this CQ: destroy them first"
-                ))
-            } else {
-                Hint::none()
-            },
+        rc(ret, |errno| {
+            Error::failed(Verb::DestroyCq, errno).with_hint((errno.0 == libc::EBUSY).then(|| {
+                Hint::detailed(
+                    HintCode::CqBusy,
+                    format!("{users} queue pair(s) still use this CQ: destroy them first"),
+                )
+            }))
         })?;
         self.inner.destroyed.store(true, Ordering::Release);
         Ok(())

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rdma_sys::*;
 
-use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Errno, Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 
 mod attr;
 mod event;
@@ -57,11 +57,8 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
     let mut n: c_int = 0;
     // SAFETY: `n` is a valid out-pointer; the returned list is freed below.
     let list = unsafe { ibv_get_device_list(&mut n) };
-    let list = ptr(list, |errno| Error::GetDeviceList {
-        errno,
-        hint: Hint::new(
-            "is the ib_uverbs module loaded and /dev/infiniband readable? (`rdma link` lists devices)",
-        ),
+    let list = ptr(list, |errno| {
+        Error::failed(Verb::GetDeviceList, errno).with_hint(Hint::new(HintCode::NoUverbs))
     })?;
     let mut out = Vec::new();
     for i in 0..n.max(0) as usize {
@@ -132,10 +129,8 @@ impl Drop for ContextInner {
         // SAFETY: the context is open, and every child holds an Arc to this inner, so none is
         // alive any more.
         let ret = unsafe { ibv_close_device(self.ctx.as_ptr()) };
-        if let Err(e) = rc(ret, |errno| Error::CloseDevice {
-            device: self.name.clone(),
-            errno,
-            hint: Hint::none(),
+        if let Err(e) = rc(ret, |errno| {
+            Error::failed(Verb::CloseDevice, errno).args(self.name.clone())
         }) {
             report_drop_failure("ibv_close_device", &e);
         }
@@ -176,9 +171,8 @@ impl Context {
         let mut n: c_int = 0;
         // SAFETY: `n` is a valid out-pointer; the list is freed before returning.
         let list = unsafe { ibv_get_device_list(&mut n) };
-        let list = ptr(list, |errno| Error::GetDeviceList {
-            errno,
-            hint: Hint::new("is the ib_uverbs module loaded and /dev/infiniband readable?"),
+        let list = ptr(list, |errno| {
+            Error::failed(Verb::GetDeviceList, errno).with_hint(Hint::new(HintCode::NoUverbs))
         })?;
         let mut found = None;
         let mut names = Vec::new();
@@ -198,17 +192,13 @@ impl Context {
             None => Err(Error::NoDevice {
                 wanted: name.map(|n| format!("named {n:?} ")).unwrap_or_default(),
                 available: names,
-                hint: Hint::new(
-                    "create a SoftRoCE device (`rdma link add rxe0 type rxe netdev eth0`) or run \
-                     inside the lab (`cargo lab ...`); LAB_DEVICE picks a device by name",
-                ),
+                hints: vec![Hint::new(HintCode::NoDevice)],
             }),
             Some((dev, dname)) => {
                 // SAFETY: `dev` is a valid device from the list, which is still alive.
                 let ctx = unsafe { ibv_open_device(dev) };
-                ptr(ctx, |errno| Error::OpenDevice {
-                    device: dname.clone(),
-                    errno,
+                ptr(ctx, |errno| {
+                    Error::failed(Verb::OpenDevice, errno).args(dname.clone())
                 })
                 .map(|ctx| (ctx, dname))
             }
@@ -260,7 +250,7 @@ impl Context {
         let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
         // SAFETY: the context is open and `a` is a valid out-pointer.
         rc(unsafe { ibv_query_device(self.raw(), &mut a) }, |errno| {
-            Error::QueryDevice { errno }
+            Error::failed(Verb::QueryDevice, errno)
         })?;
         // SAFETY: fw_ver is a NUL-terminated array filled by the provider (zeroed before).
         let fw_ver = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
@@ -306,7 +296,9 @@ impl Context {
         // `___ibv_query_port` is what the C macro `ibv_query_port` expands to (docs/rdma-sys-notes.md, note 2).
         // SAFETY: the context is open and `pa` is a valid out-pointer of the full struct size.
         let ret = unsafe { ___ibv_query_port(self.raw(), port, &mut pa) };
-        rc(ret, |errno| Error::QueryPort { port, errno })?;
+        rc(ret, |errno| {
+            Error::failed(Verb::QueryPort, errno).args(format!("port {port}"))
+        })?;
         Ok(PortAttr {
             port,
             state: PortState::from_raw(pa.state),
@@ -338,7 +330,9 @@ impl Context {
                 std::mem::size_of::<ibv_gid_entry>(),
             )
         };
-        rc(ret, |errno| Error::QueryGid { port, index, errno })?;
+        rc(ret, |errno| {
+            Error::failed(Verb::QueryGidEx, errno).args(format!("port {port}, index {index}"))
+        })?;
         // SAFETY: reading the raw bytes of a plain-data union is always valid.
         let raw = unsafe { e.gid.raw };
         Ok(GidEntry {
@@ -359,9 +353,11 @@ impl Context {
             match self.query_gid(port, i) {
                 Ok(e) if !e.gid.is_zero() => out.push(e),
                 Ok(_) => {}
-                Err(Error::QueryGid { errno, .. })
-                    if errno.0 == libc::ENODATA || errno.0 == libc::EINVAL =>
-                {
+                Err(Error::Verb {
+                    verb: Verb::QueryGidEx,
+                    errno,
+                    ..
+                }) if errno.0 == libc::ENODATA || errno.0 == libc::EINVAL => {
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -381,10 +377,7 @@ impl Context {
             .ok_or_else(|| Error::NoRoceV2Gid {
                 device: self.inner.name.clone(),
                 port,
-                hint: Hint::new(
-                    "the netdev under the rxe device needs an IPv4 address \
-                     (`ip addr add 10.99.0.1/24 dev veth0`); rxe then adds ::ffff:a.b.c.d",
-                ),
+                hints: vec![Hint::new(HintCode::NoIpv4Gid)],
             })
     }
 
@@ -410,7 +403,7 @@ impl Context {
             if errno.0 == libc::EAGAIN {
                 return Ok(None);
             }
-            return Err(Error::GetAsyncEvent { errno });
+            return Err(Error::failed(Verb::GetAsyncEvent, errno));
         }
         // Read the event type as the u32 the C library wrote: rdma-sys models it as a Rust enum,
         // and an unknown value must not be materialised as that enum.
@@ -458,10 +451,8 @@ impl Context {
         inner.closed.store(true, Ordering::Release);
         // SAFETY: we own the last reference, so no child uses the context; closed only here.
         let ret = unsafe { ibv_close_device(inner.ctx.as_ptr()) };
-        rc(ret, |errno| Error::CloseDevice {
-            device: inner.name.clone(),
-            errno,
-            hint: Hint::none(),
+        rc(ret, |errno| {
+            Error::failed(Verb::CloseDevice, errno).args(inner.name.clone())
         })
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use crate::error::{Errno, Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Errno, Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::Sge;
 
@@ -189,11 +189,10 @@ impl ProtectionDomain {
                 access.bits() as i32,
             )
         };
-        match ptr(mr, |errno| Error::RegMr {
-            len,
-            access,
-            errno,
-            hint: reg_mr_hint(errno, len, access),
+        match ptr(mr, |errno| {
+            Error::failed(Verb::RegMr, errno)
+                .args(format!("len {len}, access {access}"))
+                .with_hint(reg_mr_hint(errno, len, access))
         }) {
             Ok(mr) => Ok(MemoryRegion {
                 mr,
@@ -210,16 +209,13 @@ impl ProtectionDomain {
     }
 }
 
-fn reg_mr_hint(errno: Errno, len: usize, access: AccessFlags) -> Hint {
+fn reg_mr_hint(errno: Errno, len: usize, access: AccessFlags) -> Option<Hint> {
     let needs_lw = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if errno.0 == libc::EINVAL
         && !(access & needs_lw).is_empty()
         && !access.contains(AccessFlags::LOCAL_WRITE)
     {
-        return Hint::new(
-            "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE as well: \
-             add AccessFlags::LOCAL_WRITE",
-        );
+        return Some(Hint::new(HintCode::RemoteWithoutLocalWrite));
     }
     if errno.0 == libc::ENOMEM {
         let mut rl = libc::rlimit {
@@ -236,13 +232,16 @@ fn reg_mr_hint(errno: Errno, len: usize, access: AccessFlags) -> Hint {
         } else {
             "unknown".to_string()
         };
-        return Hint::new(format!(
-            "registering pins memory, which counts against RLIMIT_MEMLOCK (`ulimit -l`, now \
-             {limit}); {len} bytes did not fit. Raise it (`ulimit -l unlimited`, \
-             /etc/security/limits.conf `memlock`) or run with CAP_IPC_LOCK"
+        return Some(Hint::detailed(
+            HintCode::MemlockLimit,
+            format!(
+                "registering pins memory, which counts against RLIMIT_MEMLOCK (`ulimit -l`, now \
+                 {limit}); {len} bytes did not fit. Raise it (`ulimit -l unlimited`, \
+                 /etc/security/limits.conf `memlock`) or run with CAP_IPC_LOCK"
+            ),
         ));
     }
-    Hint::none()
+    None
 }
 
 fn free_buffer(buf: &Buffer) {
@@ -270,7 +269,7 @@ impl Drop for MemoryRegion {
         }
         // SAFETY: the MR is registered and deregistered exactly once.
         let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
-        match rc(ret, |errno| Error::DeregMr { errno }) {
+        match rc(ret, |errno| Error::failed(Verb::DeregMr, errno)) {
             Ok(()) => free_buffer(&self.buf),
             Err(e) => {
                 // The NIC may still write the memory: leak it rather than free it.
@@ -453,7 +452,7 @@ impl MemoryRegion {
         // SAFETY: the MR is registered; marking len usize::MAX stops Drop from deregistering
         // it again.
         let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
-        let r = rc(ret, |errno| Error::DeregMr { errno });
+        let r = rc(ret, |errno| Error::failed(Verb::DeregMr, errno));
         if r.is_ok() {
             free_buffer(&self.buf);
         }
@@ -468,7 +467,7 @@ impl MemoryRegion {
         let ret = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
         let len = self.len;
         self.len = usize::MAX;
-        rc(ret, |errno| Error::DeregMr { errno })?;
+        rc(ret, |errno| Error::failed(Verb::DeregMr, errno))?;
         // SAFETY: base..base+len is owned, initialised memory; copied before it is freed.
         let v = unsafe { std::slice::from_raw_parts(self.base(), len) }.to_vec();
         free_buffer(&self.buf);
@@ -550,14 +549,18 @@ mod tests {
 
     #[test]
     fn reg_mr_hints() {
-        let h = reg_mr_hint(Errno(22), 4096, AccessFlags::REMOTE_WRITE);
-        assert!(h.text().unwrap().contains("LOCAL_WRITE"));
-        let h = reg_mr_hint(Errno(12), 1 << 20, AccessFlags::LOCAL_WRITE);
-        assert!(h.text().unwrap().contains("RLIMIT_MEMLOCK"));
-        assert!(
-            reg_mr_hint(Errno(22), 1, AccessFlags::LOCAL_WRITE)
-                .text()
-                .is_none()
+        let code = |errno, access| reg_mr_hint(Errno(errno), 4096, access).map(|h| h.code());
+        assert_eq!(
+            code(22, AccessFlags::REMOTE_WRITE),
+            Some(HintCode::RemoteWithoutLocalWrite)
         );
+        assert_eq!(
+            code(12, AccessFlags::LOCAL_WRITE),
+            Some(HintCode::MemlockLimit)
+        );
+        assert_eq!(code(22, AccessFlags::LOCAL_WRITE), None);
+        // The detailed hint says how many bytes did not fit.
+        let h = reg_mr_hint(Errno(12), 1 << 20, AccessFlags::LOCAL_WRITE).unwrap();
+        assert!(h.text().contains("1048576 bytes did not fit"), "{h}");
     }
 }

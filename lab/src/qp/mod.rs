@@ -35,7 +35,7 @@ use rdma_sys::*;
 
 use crate::cq::CqInner;
 use crate::device::{Context, Gid, Mtu};
-use crate::error::{Error, Hint, Result, ptr, rc, report_drop_failure};
+use crate::error::{Error, Hint, HintCode, Result, Verb, ptr, rc, report_drop_failure};
 use crate::mr::AccessFlags;
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::srq::SrqInner;
@@ -137,7 +137,7 @@ impl Drop for QpInner {
         if let (0, Some(id)) = (ret, &self.cm_id) {
             id.forget_qp();
         }
-        if let Err(e) = rc(ret, |errno| Error::DestroyQp { errno }) {
+        if let Err(e) = rc(ret, |errno| Error::failed(Verb::DestroyQp, errno)) {
             report_drop_failure("ibv_destroy_qp", &e);
         }
     }
@@ -241,16 +241,9 @@ impl ProtectionDomain {
         let mut ia = init.raw();
         // SAFETY: the PD and both CQs are alive; `ia` is a valid in/out pointer.
         let qp = unsafe { ibv_create_qp(self.inner.pd.as_ptr(), &mut ia) };
-        let qp = ptr(qp, |errno| Error::CreateQp {
-            errno,
-            hint: if errno.0 == libc::EINVAL {
-                Hint::new(
-                    "a capacity above the device's limits? (query_device: max_qp_wr, max_sge; \
-                     max_inline_data)",
-                )
-            } else {
-                Hint::none()
-            },
+        let qp = ptr(qp, |errno| {
+            Error::failed(Verb::CreateQp, errno)
+                .with_hint((errno.0 == libc::EINVAL).then_some(Hint::new(HintCode::QpCapacity)))
         })?;
         Ok(QueuePair::wrap(qp, self, init, ia.cap, 1, None))
     }
@@ -362,13 +355,12 @@ impl<S: QpTypeState> QueuePair<S> {
                 QpState::from_raw(unsafe { (*self.inner.qp.as_ptr()).state })
             });
             let to = attr.target_state().unwrap_or(from);
-            Error::ModifyQp {
-                from,
-                to,
-                mask: attr.mask,
-                errno,
-                hint: self.modify_hint(from, to, attr, errno),
+            let mut e = Error::failed(Verb::ModifyQp, errno)
+                .args(format!("{from} -> {to}, mask {}", attr.mask));
+            for h in self.modify_hints(from, to, attr, errno) {
+                e = e.with_hint(h);
             }
+            e
         })
     }
 
@@ -383,7 +375,7 @@ impl<S: QpTypeState> QueuePair<S> {
         let all = QpAttrMask::RATE_LIMIT.bits() - 1;
         // SAFETY: the QP is alive; out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.inner.qp.as_ptr(), &mut a, all as i32, &mut ia) };
-        rc(ret, |errno| Error::QueryQp { errno })?;
+        rc(ret, |errno| Error::failed(Verb::QueryQp, errno))?;
         let ah = a.ah_attr;
         Ok(QpInfo {
             state: QpState::from_raw(a.qp_state),
@@ -477,10 +469,10 @@ impl<S: QpTypeState> QueuePair<S> {
             return Ok(());
         }
         let index = chain_index(first as usize, bad as usize, size_of::<ibv_recv_wr>(), n);
-        rc(ret, |errno| Error::PostRecv {
-            errno,
-            index,
-            hint: self.post_recv_hint(errno, &wrs[index.min(n - 1)]),
+        rc(ret, |errno| {
+            Error::failed(Verb::PostRecv, errno)
+                .at_wr(index)
+                .with_hint(self.post_recv_hint(errno, &wrs[index.min(n - 1)]))
         })
     }
 
@@ -504,7 +496,7 @@ impl<S: QpTypeState> QueuePair<S> {
         if let (0, Some(id)) = (ret, &self.inner.cm_id) {
             id.forget_qp();
         }
-        rc(ret, |errno| Error::DestroyQp { errno })
+        rc(ret, |errno| Error::failed(Verb::DestroyQp, errno))
     }
 }
 
@@ -535,10 +527,10 @@ fn post_send_impl(inner: &QpInner, wrs: &mut [SendWr<'_>]) -> Result<()> {
         return Ok(());
     }
     let index = chain_index(first as usize, bad as usize, size_of::<ibv_send_wr>(), n);
-    rc(ret, |errno| Error::PostSend {
-        errno,
-        index,
-        hint: post_send_hint(inner, errno, &wrs[index]),
+    rc(ret, |errno| {
+        Error::failed(Verb::PostSend, errno)
+            .at_wr(index)
+            .with_hint(post_send_hint(inner, errno, &wrs[index]))
     })
 }
 

@@ -108,6 +108,6 @@ pub fn run(r: &mut Report) -> R<()> {
 fn posted(res: &Result<()>) -> String {
     match res {
         Ok(()) => "0 (accepted)".into(),
-        Err(e) => e.to_string(),
+        Err(e) => e.report().to_string(),
     }
 }

@@ -123,7 +123,8 @@ pub fn child(who: &str) -> bool {
 }
 
 fn child_body(who: &str) -> R<bool> {
-    let mut r = Report::new();
+    let case = contracts::failures::case("memlock").ok_or("memlock is not in the table")?;
+    let mut r = Report::for_case(case);
     let uid = std::fs::metadata("/proc/self")?.uid();
     set_memlock_limit(Some(LIMIT), Some(LIMIT))?;
     let (soft, _) = memlock_limit()?;

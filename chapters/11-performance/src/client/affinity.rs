@@ -54,7 +54,7 @@ pub(super) fn measure(lab: &mut Lab, plan: &Plan, res: &mut Results) -> Result<(
                                 c.remote.addr + 64 * i as u64,
                                 c.remote.rkey,
                             ))
-                            .map_err(|e| e.to_string())?;
+                            .map_err(|e| e.report().to_string())?;
                             wait_cq(&c.scq, Wait::Busy, &mut wc).map_err(|e| e.to_string())?;
                             if k >= 5 {
                                 v.push(t0.elapsed());
