@@ -39,53 +39,7 @@ impl<S: QpTypeState> QueuePair<S> {
         }
         let m = attr.mask;
         if m.contains(QpAttrMask::AV) {
-            let a = &attr.attr.ah_attr;
-            // SAFETY: reading the bytes of a plain-data union.
-            let dgid = Gid(unsafe { a.grh.dgid.raw });
-            if a.is_global == 0 {
-                notes.push(Hint::new(HintCode::AvWithoutGrh));
-            }
-            let port = if a.port_num == 0 {
-                self.inner.port
-            } else {
-                a.port_num
-            };
-            match self.inner.ctx.query_gid(port, a.grh.sgid_index as u32) {
-                Ok(e) => {
-                    if e.gid.is_zero() {
-                        notes.push(Hint::detailed(
-                            HintCode::EmptyGidSlot,
-                            format!("sgid_index {} is an empty GID slot", e.index),
-                        ));
-                    } else if e.gid.to_ipv4().is_some() != dgid.to_ipv4().is_some() {
-                        notes.push(Hint::detailed(
-                            HintCode::GidIndex,
-                            format!(
-                                "GID index: sgid_index {} is {} ({}) but the destination GID is \
-                                 {}: both ends must use the same kind of GID; for RoCE v2 over \
-                                 IPv4 pick the ::ffff:a.b.c.d entry by content \
-                                 (Context::roce_v2_ipv4_gid)",
-                                e.index, e.gid, e.gid_type, dgid
-                            ),
-                        ));
-                    } else if e.gid_type != GidType::RoceV2 {
-                        notes.push(Hint::detailed(
-                            HintCode::GidNotRoceV2,
-                            format!(
-                                "sgid_index {} is a {} GID; rxe speaks RoCE v2",
-                                e.index, e.gid_type
-                            ),
-                        ));
-                    }
-                }
-                Err(_) => notes.push(Hint::detailed(
-                    HintCode::SgidIndexRange,
-                    format!(
-                        "sgid_index {} is not in the GID table of port {port}",
-                        a.grh.sgid_index
-                    ),
-                )),
-            }
+            self.av_hints(&attr.attr.ah_attr, &mut notes);
         }
         if m.contains(QpAttrMask::PATH_MTU)
             && let Ok(p) = self.inner.ctx.query_port(self.inner.port)
@@ -137,6 +91,57 @@ impl<S: QpTypeState> QueuePair<S> {
             }
         }
         notes
+    }
+
+    /// The hints for an address vector an `ibv_modify_qp` to RTR refused: no GRH (RoCE needs
+    /// one), an empty or out-of-range source GID slot, GIDs of different kinds at the two ends.
+    fn av_hints(&self, a: &ibv_ah_attr, notes: &mut Vec<Hint>) {
+        // SAFETY: reading the bytes of a plain-data union.
+        let dgid = Gid(unsafe { a.grh.dgid.raw });
+        if a.is_global == 0 {
+            notes.push(Hint::new(HintCode::AvWithoutGrh));
+        }
+        let port = if a.port_num == 0 {
+            self.inner.port
+        } else {
+            a.port_num
+        };
+        match self.inner.ctx.query_gid(port, a.grh.sgid_index as u32) {
+            Ok(e) => {
+                if e.gid.is_zero() {
+                    notes.push(Hint::detailed(
+                        HintCode::EmptyGidSlot,
+                        format!("sgid_index {} is an empty GID slot", e.index),
+                    ));
+                } else if e.gid.to_ipv4().is_some() != dgid.to_ipv4().is_some() {
+                    notes.push(Hint::detailed(
+                        HintCode::GidIndex,
+                        format!(
+                            "GID index: sgid_index {} is {} ({}) but the destination GID is \
+                             {}: both ends must use the same kind of GID; for RoCE v2 over \
+                             IPv4 pick the ::ffff:a.b.c.d entry by content \
+                             (Context::roce_v2_ipv4_gid)",
+                            e.index, e.gid, e.gid_type, dgid
+                        ),
+                    ));
+                } else if e.gid_type != GidType::RoceV2 {
+                    notes.push(Hint::detailed(
+                        HintCode::GidNotRoceV2,
+                        format!(
+                            "sgid_index {} is a {} GID; rxe speaks RoCE v2",
+                            e.index, e.gid_type
+                        ),
+                    ));
+                }
+            }
+            Err(_) => notes.push(Hint::detailed(
+                HintCode::SgidIndexRange,
+                format!(
+                    "sgid_index {} is not in the GID table of port {port}",
+                    a.grh.sgid_index
+                ),
+            )),
+        }
     }
 
     pub(super) fn post_recv_hint(&self, errno: Errno, wr: &RecvWr<'_>) -> Option<Hint> {
