@@ -7,7 +7,7 @@
 //! | name | drawn from |
 //! |---|---|
 //! | `qp-states` | [`lab::transition`]: every legal RC transition with the attributes it requires |
-//! | `objects` | [`lab::tree::OBJECTS`]: the object tree, and [`lab::tree::teardown_order`] |
+//! | `objects` | [`course::tree::OBJECTS`]: the object tree, and [`course::tree::teardown_order`] |
 //! | `failures` | chapter 08's summary snapshot: each deliberate mistake and the status rxe gives |
 
 use std::fmt::Write as _;
@@ -16,7 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use lab::{QpState, tree};
+use course::tree;
+use lab::QpState;
 
 /// The names [`render`] knows.
 pub const NAMES: &[&str] = &["qp-states", "objects", "failures"];
@@ -33,7 +34,7 @@ pub fn render(repo: &Path, name: &str) -> Result<String> {
 }
 
 /// Runs `dot -Tsvg` on a graph, with a deadline (the graph goes through a file, so the one
-/// child-with-a-deadline helper, [`lab::process::Running`], can collect the output).
+/// child-with-a-deadline helper, [`course::process::Running`], can collect the output).
 pub fn svg(dot: &str) -> Result<String> {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -45,7 +46,7 @@ pub fn svg(dot: &str) -> Result<String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let run = lab::process::Running::spawn(cmd);
+    let run = course::process::Running::spawn(cmd);
     let result = run
         .context(
             "running Graphviz's dot (not installed?)\n  fix: scripts/setup.sh --book \

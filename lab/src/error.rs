@@ -43,11 +43,11 @@ impl Errno {
     }
 
     /// The symbolic name (`"EINVAL"`), or `"E?"` for a number the one errno table
-    /// ([`crate::show::errno_name`]) does not know.
+    /// ([`crate::errno_name`]) does not know.
     pub fn name(self) -> &'static str {
         match self.0 {
             0 => "0",
-            n => crate::show::errno_name(n).unwrap_or("E?"),
+            n => crate::errno_name(n).unwrap_or("E?"),
         }
     }
 
@@ -298,7 +298,7 @@ pub enum Error {
         detail: Cow<'static, str>,
     },
     /// A block index, offset or length outside a remote pool's table or region
-    /// ([`crate::pool::RemotePool`]); nothing was posted.
+    /// (`course::RemotePool`); nothing was posted.
     #[error("out of bounds: {0}")]
     OutOfBounds(Cow<'static, str>),
     /// An argument `lab` checked before calling into libibverbs was invalid.

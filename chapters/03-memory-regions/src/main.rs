@@ -31,13 +31,13 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
-// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
+// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of the course crate.
 // `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
 // expected one.
-use lab::course::{connected_pair, expect, wait_for_err};
-use lab::kernel::{KernelVersion, RxeChange};
-use lab::say;
-use lab::show::{self, Align, Table};
+use course::kernel::{KernelVersion, RxeChange};
+use course::say;
+use course::show::{self, Align, Table};
+use course::{connected_pair, expect, wait_for_err};
 use lab::{AccessFlags, Context, MemoryRegion, SendWr, WcStatus};
 
 /// Every wait ends by this deadline (generous: the lab may run under TCG).
@@ -75,13 +75,13 @@ fn main() -> ExitCode {
     } else {
         run()
     };
-    lab::course::exit_code_of("ch03-memory-regions", result)
+    course::exit_code_of("ch03-memory-regions", result)
 }
 
 /// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
 /// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic
 /// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
+type Res<T> = course::Outcome<T>;
 
 /// Prints a failed verb's errno and lab's hint, and checks the errno is the expected one.
 fn report_refusal(e: &lab::Error, expected: i32) -> Res<()> {
@@ -146,7 +146,7 @@ fn run() -> Res<()> {
         mrs.push((role, mr));
     }
     print!("{t}");
-    // Which regions carry an rkey depends on the kernel rxe is part of (lab::kernel): from
+    // Which regions carry an rkey depends on the kernel rxe is part of (course::kernel): from
     // Linux 6.5 on every MR gets one, equal to its lkey; before, only MRs with a REMOTE_* flag.
     // Either way the access flags decide what a peer may do through it.
     let change = RxeChange::RkeyIsLkey;

@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use lab::show;
+use course::show;
 use lab::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, CpuTime, Error, InitAttr,
     MemoryRegion, QpInitAttr, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus,
@@ -88,13 +88,13 @@ fn window(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    lab::course::exit_code_of("ch04-completion-queues", run(&args))
+    course::exit_code_of("ch04-completion-queues", run(&args))
 }
 
 /// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
 /// `ch04-completion-queues: error: ` (lab's errors name the verb, the errno and, for classic
 /// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
+type Res<T> = course::Outcome<T>;
 
 /// The send queue's size, and so the largest window.
 const MAX_WINDOW: usize = 64;

@@ -42,7 +42,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use std::time::{Duration, Instant};
 
-use lab::show;
+use course::show;
 use lab::{
     AccessFlags, AddressVector, CompletionQueue, Context, Error, InitAttr, QpAttr, QpInitAttr,
     QpState, QpTypeState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus,
@@ -61,13 +61,13 @@ struct Args {}
 fn main() -> ExitCode {
     // clap: `--help`, and a clear message with exit status 2 for any argument.
     Args::parse();
-    lab::course::exit_code_of("ch05-qp-state-machine", run())
+    course::exit_code_of("ch05-qp-state-machine", run())
 }
 
 /// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
 /// `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and, for classic
 /// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
+type Res<T> = course::Outcome<T>;
 
 /// First PSNs of A and B (any 24-bit values), and the new ones after the reset in step 10.
 const PSN_A: u32 = 0x00a000;

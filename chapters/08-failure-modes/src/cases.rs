@@ -19,7 +19,7 @@ pub mod skip_rtr;
 pub mod unregistered_lkey;
 pub mod wrong_gid_index;
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use crate::report::Report;

@@ -41,7 +41,7 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
-use lab::kernel::RxeChange;
+use course::kernel::RxeChange;
 use report::Report;
 use rig::R;
 
@@ -56,7 +56,7 @@ pub struct Case {
     /// the same).
     pub outcome: &'static str,
     /// Where rxe changed: what it produces on the kernels the change holds on
-    /// (lab::kernel::RxeChange; docs/rxe-observed.md, "On later kernels").
+    /// (course::kernel::RxeChange; docs/rxe-observed.md, "On later kernels").
     pub later: Option<(RxeChange, &'static str)>,
     pub run: fn(&mut Report) -> R<()>,
 }
@@ -369,14 +369,14 @@ fn main() -> ExitCode {
                 .map(|(i, c)| run_case(i, c))
                 .collect();
             println!("summary:");
-            let mut t = lab::show::Table::new([
-                ("case", lab::show::Align::Left),
-                ("what rxe produces", lab::show::Align::Left),
-                ("result", lab::show::Align::Left),
+            let mut t = course::show::Table::new([
+                ("case", course::show::Align::Left),
+                ("what rxe produces", course::show::Align::Left),
+                ("result", course::show::Align::Left),
             ])
             .indent(2);
-            // The outcome this kernel's rxe was checked against (lab::kernel).
-            let kernel = lab::kernel::KernelVersion::running().ok();
+            // The outcome this kernel's rxe was checked against (course::kernel).
+            let kernel = course::kernel::KernelVersion::running().ok();
             for (c, ok) in CASES.iter().zip(&results) {
                 let outcome = match (c.later, kernel) {
                     (Some((change, later)), Some(k)) if change.holds_on(k) => later,

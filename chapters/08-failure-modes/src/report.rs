@@ -7,7 +7,7 @@
 
 use std::fmt::Display;
 
-use lab::kernel::{KernelVersion, RxeChange};
+use course::kernel::{KernelVersion, RxeChange};
 use lab::{Errno, Error, WcStatus, WorkCompletion};
 
 /// "1 check", "5 checks".
@@ -35,7 +35,7 @@ impl Report {
         println!("step {}: {text}", self.step);
     }
 
-    /// Where rxe changed between kernels (lab::kernel): does this kernel follow the later
+    /// Where rxe changed between kernels (course::kernel): does this kernel follow the later
     /// record for `change`? Prints which record the next checks hold against, so a reader of
     /// the output knows which kernel's behaviour it shows.
     pub fn record(&self, change: RxeChange) -> crate::rig::R<bool> {

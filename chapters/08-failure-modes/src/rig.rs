@@ -6,12 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use lab::show;
+use course::show;
 use lab::*;
 
 /// What a case returns: `Err` is an *unexpected* failure (a verb that should have worked),
-/// in the error style of every chapter (`lab::course::Failure`).
-pub type R<T> = lab::course::Outcome<T>;
+/// in the error style of every chapter (`course::Failure`).
+pub type R<T> = course::Outcome<T>;
 
 /// How long to wait for a completion that should come (it takes milliseconds; TCG and a busy
 /// machine can make that much longer).

@@ -4,10 +4,10 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::{Args, CONNECT, RESOLVE, TABLE_TAG};
+use course::exchange::{Endpoint, Listener};
+use course::show::{self, Align, Table};
+use course::{Failure, OrFail, Outcome as Result, Peer, expect, unframed};
 use lab::cm::{CmEventType, CmId, ConnParam};
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect, unframed};
-use lab::exchange::{Endpoint, Listener};
-use lab::show::{self, Align, Table};
 use lab::{Context, QpInitAttr, RemoteRegion, state};
 
 /// The table as the accept's private data: tag, base address, block length, block count,
@@ -64,7 +64,7 @@ pub(crate) fn cm_accept(
     let req = listener
         .get_request(CONNECT)
         .or_fail_with(|| format!("waiting for {what} (rdma_cm)"))?;
-    // The client's name, framed (`lab::course::framed`): the server always reads 56 bytes.
+    // The client's name, framed (`course::framed`): the server always reads 56 bytes.
     let name = unframed(&req.private_data)
         .map(|b| String::from_utf8_lossy(b).into_owned())
         .ok_or_else(|| Failure("a connection request without a name".into()))?;
@@ -97,7 +97,7 @@ pub(crate) fn cm_accept(
 /// new id resolved toward the server (address, then route), which [`connect`] then uses.
 pub(crate) fn client_device(args: &Args, host: &str) -> Result<(Context, Option<CmId>)> {
     if !args.cm {
-        return Ok((lab::course::open_device(None)?, None));
+        return Ok((course::open_device(None)?, None));
     }
     let given: IpAddr = host
         .parse()
@@ -105,7 +105,7 @@ pub(crate) fn client_device(args: &Args, host: &str) -> Result<(Context, Option<
     // 127.0.0.1 cannot be routed on RoCE (no RDMA device on `lo`): the server then shares our
     // device, so use our own rxe netdev's address (chapter 12 shows the error otherwise).
     let ip = if given.is_loopback() {
-        IpAddr::V4(lab::course::rxe_address()?)
+        IpAddr::V4(course::rxe_address()?)
     } else {
         given
     };

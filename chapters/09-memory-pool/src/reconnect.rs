@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::client::check_table;
 use crate::{Args, CONNECT, OP, WORK, block_content, header_of};
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect, fnv1a64, random_psn};
-use lab::exchange::{Endpoint, Listener};
-use lab::show;
-use lab::{
-    AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion, WcStatus, state,
-};
+use course::RemotePool;
+use course::exchange::{Endpoint, Listener};
+use course::show;
+use course::{Failure, OrFail, Outcome as Result, Peer, expect, fnv1a64, random_psn};
+use lab::{AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemoteRegion, WcStatus, state};
 
 /// The server role of `--case reconnect`: each server is a process of its own, so the first
 /// can be killed (SIGKILL, as a crash would) and a second one started in its place.
@@ -26,12 +25,12 @@ pub(crate) fn supervisor() -> Result<bool> {
             }
         );
         // stdout is inherited: the harness must see "listening on" while the server runs.
-        let mut child = lab::course::this_program_again(["--server-round", &n.to_string()])
+        let mut child = course::this_program_again(["--server-round", &n.to_string()])
             .or_fail("cannot find our own executable")?
             .stdin(std::process::Stdio::null())
             .spawn()
             .or_fail("starting a server process")?;
-        let Some(status) = lab::course::wait_or_kill(&mut child, WORK + CONNECT)
+        let Some(status) = course::wait_or_kill(&mut child, WORK + CONNECT)
             .or_fail("waiting for a server process")?
         else {
             return Err(format!(
@@ -46,7 +45,7 @@ pub(crate) fn supervisor() -> Result<bool> {
             _ => return Err(format!("server {n} ended with {status}").into()),
         }
     }
-    lab::course::done(
+    course::done(
         true,
         "server 1 crashed, server 2 took over and found the block",
     );
@@ -57,7 +56,7 @@ pub(crate) fn supervisor() -> Result<bool> {
 /// connected by hand. Server 1 kills itself when the client asks; server 2 checks block 0.
 pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
     let (blocks, size) = (args.blocks as usize, args.block_size as usize);
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -89,7 +88,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
         ..Default::default()
     };
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-    let mut peer = lab::course::accept_peer(&listener, qp, &me, "the client", CONNECT)?;
+    let mut peer = course::accept_peer(&listener, qp, &me, "the client", CONNECT)?;
     println!(
         "step 3: server {n}: connected by hand: our {} {}, the client's {} {}",
         show::qpn(peer.qp.qp_num()),
@@ -131,7 +130,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
 pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
     let size = args.block_size as usize;
     let data = block_content(0, args.clients, size);
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
@@ -155,7 +154,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
             ..Default::default()
         };
         let psn = mine.psn;
-        let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+        let p = course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
         check_table(&p.theirs.regions, args)?;
         Ok((p, psn))
     };
@@ -223,7 +222,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
         }
     }
     let (qp, cq, staging) = pool.into_parts();
-    let st = lab::course::wait_for_err(&qp, Duration::from_secs(2))?;
+    let st = course::wait_for_err(&qp, Duration::from_secs(2))?;
     println!("  our QP is now {st}: nothing more can be posted on this connection");
     ok &= st == QpState::Err;
 
@@ -281,7 +280,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
         if same { "matches" } else { "DIFFERS" }
     );
     oob.send_line("done: block 0 written again after the reconnect", OP)?;
-    lab::course::done(
+    course::done(
         ok,
         "the server's death was seen, the QP reset and connected again by hand, the work \
          carried on",

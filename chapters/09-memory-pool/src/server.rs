@@ -8,11 +8,11 @@ use std::time::Instant;
 use crate::cm::{cm_accept, print_table, table_data};
 use crate::{Args, CONNECT, OP, PSN, WORK, block_content, header_of};
 use lab::cm::CmId;
-// Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
+// Errors, one style for every chapter (the course crate): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
-use lab::course::{OrFail, Outcome as Result, Peer, fnv1a64};
-use lab::exchange::{Endpoint, Listener};
-use lab::show;
+use course::exchange::{Endpoint, Listener};
+use course::show;
+use course::{OrFail, Outcome as Result, Peer, fnv1a64};
 use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState, RemoteRegion};
 
 pub(crate) fn server(args: &Args) -> Result<bool> {
@@ -25,7 +25,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     // own open device: so the listener is made first (bound to the rxe netdev's address, it
     // has a device), and the PD, the CQ and the pool's MR are made on its context.
     let cm_listener = if args.cm {
-        let ip = lab::course::rxe_address()?;
+        let ip = course::rxe_address()?;
         let id = CmId::new()?;
         id.listen(SocketAddr::new(IpAddr::V4(ip), args.port), 32)
             .or_fail("rdma_cm listen")?;
@@ -35,7 +35,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     };
     let ctx = match &cm_listener {
         Some(id) => id.context()?,
-        None => lab::course::open_device(None)?,
+        None => course::open_device(None)?,
     };
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
@@ -129,7 +129,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
             Some(id) => cm_accept(id, &pd, &cq, &listener, &table_data(&table), what),
             None => {
                 let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-                lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+                course::accept_peer(&listener, qp, &me, what, CONNECT)
             }
         }
     };
@@ -232,7 +232,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     let n_wc = cq.poll_into(&mut wcs)?;
     println!("  our completion queue still holds {n_wc} completions");
     ok &= n_wc == 0;
-    lab::course::done(
+    course::done(
         ok,
         "every block verified; no work request or completion here: this node's kernel (rxe) \
          served the transfers",

@@ -4,10 +4,10 @@
 //! flush, TIMEWAIT_EXIT).
 
 use crate::{REGION_LEN, TAG};
+use course::kernel::RxeChange;
+use course::show;
+use course::{OrFail, Outcome as Result, expect};
 use lab::cm::{CmEvent, CmEventType, CmId};
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::kernel::RxeChange;
-use lab::show;
 use lab::{
     AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QpInfo, QpInitAttr, QpState,
     QpTypeState, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion, state,
@@ -98,7 +98,7 @@ pub(crate) fn print_qp(role: &str, step: u32, qp: &QueuePair<state::Rts>) -> Res
     );
     println!("  access {}", i.access);
     // Two of these come from the kernel's connection manager, and changed in Linux 6.2
-    // (lab::kernel::RxeChange): rdma_cm's RoCE packet lifetime, and the FLUSH rights.
+    // (course::kernel::RxeChange): rdma_cm's RoCE packet lifetime, and the FLUSH rights.
     let life = RxeChange::CmaPacketLifetime16;
     println!(
         "  timeout {t} (4.096 us x 2^{t} a try): rdma_cm's RoCE packet lifetime + 1; the \

@@ -7,7 +7,7 @@
 //! packets: when netem's own queue overflows, the packet is dropped *locally*, and rxe then
 //! takes another (racy) resend path than for a packet lost on the wire.
 
-use lab::course::{Failure, Outcome};
+use course::{Failure, Outcome};
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -55,7 +55,7 @@ impl Netem {
 
     /// Heals the wire without taking the qdiscs away: netem stays, with `params` (e.g. `loss
     /// 0%`). Deleting the root qdisc swaps the link's queue while rxe may be sending; from Linux
-    /// 6.10 on rxe fails a WR whose packet the stack refuses (lab::kernel::RxeChange::
+    /// 6.10 on rxe fails a WR whose packet the stack refuses (course::kernel::RxeChange::
     /// XmitErrorFailsWr) instead of trying it again, so a heal by deletion can end the QP.
     pub fn change(&self, params: &str) -> Outcome {
         tc(&format!(

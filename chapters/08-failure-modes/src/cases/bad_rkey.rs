@@ -4,7 +4,7 @@
 //! rights against the region it names. A typo, a stale key or a key of another device all
 //! look the same to it.
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};

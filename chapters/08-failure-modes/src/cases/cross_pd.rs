@@ -4,8 +4,8 @@
 //! own PD, through its lkeys locally and through rkeys remotely. The keys of another PD on
 //! the same device are real keys, just not valid here.
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};
@@ -30,7 +30,7 @@ pub fn run(r: &mut Report) -> R<()> {
     let src = [other.sge(0..64)];
     p.a.post_send_one(SendWr::send(1, &src))?;
     let wc = must_wc(&p.cq_a, "A's SEND")?;
-    // The status depends on the kernel, as in case 4 (lab::kernel::RxeChange).
+    // The status depends on the kernel, as in case 4 (course::kernel::RxeChange).
     let want = if r.record(RxeChange::LocalErrorFlushed)? {
         WcStatus::WrFlushErr
     } else {

@@ -8,7 +8,7 @@
 //!   nothing enforces the MTU: 4096-byte packets "work";
 //! * between two nodes the oversized packets never reach the wire. Before Linux 6.10: no
 //!   error, no completion, the QP stays in RTS and retransmits forever, even with a finite
-//!   retry_cnt, a silent hang. From 6.10 on (lab::kernel): the SEND completes with
+//!   retry_cnt, a silent hang. From 6.10 on (course::kernel): the SEND completes with
 //!   `IBV_WC_WR_FLUSH_ERR` at once and the QP goes to ERR, a status that names no cause.
 //!
 //! The first half runs in the loopback lab; the second needs the pair topology:
@@ -16,9 +16,9 @@
 
 use std::time::{Duration, Instant};
 
-use lab::exchange::{Endpoint, Listener, OobStream};
-use lab::kernel::RxeChange;
-use lab::show;
+use course::exchange::{Endpoint, Listener, OobStream};
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
@@ -234,7 +234,7 @@ pub fn connect(addr: &str, port: u16) -> R<bool> {
     r.status("completion", &wc, WcStatus::Success);
 
     r.step("QP big SENDs 4096 bytes (one 4096-byte packet: larger than the link)");
-    // What rxe does with a packet the IP stack will not send changed (lab::kernel::RxeChange):
+    // What rxe does with a packet the IP stack will not send changed (course::kernel::RxeChange):
     // a silent hang before Linux 6.10, a failed WR from 6.10 on.
     let fails = r.record(RxeChange::XmitErrorFailsWr)?;
     big.post_send_one(SendWr::send(2, &full))?;

@@ -16,8 +16,8 @@
 
 use std::time::{Duration, Instant};
 
-use lab::exchange::{Endpoint, Listener, OobStream};
-use lab::show;
+use course::exchange::{Endpoint, Listener, OobStream};
+use course::show;
 use lab::*;
 
 use super::region;

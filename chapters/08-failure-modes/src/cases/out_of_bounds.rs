@@ -3,7 +3,7 @@
 //! The responder checks the whole range `[remote_addr, remote_addr + length)` against the
 //! region before it writes anything.
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
@@ -64,7 +64,7 @@ pub fn run(r: &mut Report) -> R<()> {
                 "after 7 transmissions (1 + retry_cnt 6), {}",
                 show::elapsed(took)
             ));
-            r.say(lab::kernel::AckTimer::explain(8, 7));
+            r.say(course::kernel::AckTimer::explain(8, 7));
         }
         None => r.mismatch("no completion at A".into()),
     }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use crate::report::Report;

@@ -4,7 +4,7 @@
 //! (`ibv_reg_mr(..., IBV_ACCESS_REMOTE_WRITE)`) and by the responder's QP
 //! (`qp_access_flags` at INIT). The two refusals give different statuses on rxe.
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};

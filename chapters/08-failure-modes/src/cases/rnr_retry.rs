@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
@@ -86,7 +86,7 @@ pub fn run(r: &mut Report) -> R<()> {
 
     // (c) rnr_retry 7 with a small retry_cnt: does the RNR wait use up the transport retry
     // count? On rxe in Linux 6.1 it did (an rxe deviation); from 6.10 on it does not, as the
-    // spec asks (lab::kernel::RxeChange).
+    // spec asks (course::kernel::RxeChange).
     let rig = Rig::open()?;
     let cfg = PairCfg {
         a_rts: RtsAttr::new(PSN_A).rnr_retry(7).retry_cnt(1),

@@ -4,7 +4,7 @@
 //! GID and first PSN, the path MTU. A QP cannot send before it can receive the peer's
 //! acknowledgements, so INIT -> RTS is not a legal transition and `ibv_modify_qp` refuses it.
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use crate::report::Report;

@@ -5,10 +5,10 @@
 //! `lkey = 0` for a buffer that was never registered (a common claim: "lkey 0 is fine for a
 //! local buffer"): that is not
 //! "no key", it is a wrong key. On rxe in Linux 6.1 a wrong key and a wrong range give
-//! different statuses; from 6.4 on both complete as flushed (lab::kernel).
+//! different statuses; from 6.4 on both complete as flushed (course::kernel).
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
@@ -59,7 +59,7 @@ fn sge_text(s: &Sge) -> String {
 
 pub fn run(r: &mut Report) -> R<()> {
     // From Linux 6.4 on rxe moves the QP to ERR first and flushes the failed WR, so the
-    // three statuses below all read WR_FLUSH_ERR there (lab::kernel::RxeChange).
+    // three statuses below all read WR_FLUSH_ERR there (course::kernel::RxeChange).
     let flushed = r.record(RxeChange::LocalErrorFlushed)?;
     let (bad_key, bad_range) = if flushed {
         (WcStatus::WrFlushErr, WcStatus::WrFlushErr)

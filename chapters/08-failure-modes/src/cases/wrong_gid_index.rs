@@ -5,7 +5,7 @@
 //! `::ffff:a.b.c.d`. rxe cannot route an IPv6 link-local source to an IPv4 destination and
 //! refuses RTR. The peer, configured correctly, never hears back.
 
-use lab::show;
+use course::show;
 use lab::*;
 
 use crate::report::Report;

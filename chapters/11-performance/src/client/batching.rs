@@ -4,8 +4,8 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::show::{self, Align, Table};
+use course::show::{self, Align, Table};
+use course::{OrFail, Outcome as Result, expect};
 use lab::{InlineSge, SendWr, WorkCompletion};
 
 use super::{BatchRate, Doorbells, Lab, Plan, Results, lat_row, lat_table, write_syscalls};

@@ -2,7 +2,7 @@
 //! teardown order that follows from it (children before parents). Pure: no verb is called here.
 //!
 //! `lab`'s ownership mirrors this table: each child type keeps its parents alive (an
-//! [`crate::MemoryRegion`] holds its [`crate::ProtectionDomain`], a [`crate::QueuePair`] its
+//! [`lab::MemoryRegion`] holds its [`lab::ProtectionDomain`], a [`lab::QueuePair`] its
 //! PD and CQs), so dropping in any order frees in [`teardown_order`]. The course's book draws
 //! its object-tree diagram from [`OBJECTS`].
 
@@ -184,15 +184,15 @@ mod tests {
     fn lab_types_exist() {
         // The names are the re-exported types: a rename breaks this test, not the book.
         let names = [
-            std::any::type_name::<crate::Context>(),
-            std::any::type_name::<crate::ProtectionDomain>(),
-            std::any::type_name::<crate::CompletionChannel>(),
-            std::any::type_name::<crate::CompletionQueue>(),
-            std::any::type_name::<crate::MemoryRegion>(),
-            std::any::type_name::<crate::MemoryWindow>(),
-            std::any::type_name::<crate::SharedReceiveQueue>(),
-            std::any::type_name::<crate::AddressHandle>(),
-            std::any::type_name::<crate::QueuePair<crate::state::Rts>>(),
+            std::any::type_name::<lab::Context>(),
+            std::any::type_name::<lab::ProtectionDomain>(),
+            std::any::type_name::<lab::CompletionChannel>(),
+            std::any::type_name::<lab::CompletionQueue>(),
+            std::any::type_name::<lab::MemoryRegion>(),
+            std::any::type_name::<lab::MemoryWindow>(),
+            std::any::type_name::<lab::SharedReceiveQueue>(),
+            std::any::type_name::<lab::AddressHandle>(),
+            std::any::type_name::<lab::QueuePair<lab::state::Rts>>(),
         ];
         for o in OBJECTS {
             assert!(

@@ -1,5 +1,5 @@
-//! `lab::course`: the furniture every chapter repeats, so that each chapter's `main.rs` holds
-//! its lesson and nothing else.
+//! `course::common`, re-exported at the crate's root (`course::OrFail`): the furniture every
+//! chapter repeats, so that each chapter's `main.rs` holds its lesson and nothing else.
 //!
 //! Like the support crate of the Rust book, this module teaches nothing by itself: it is what
 //! the chapters would otherwise copy from one another.
@@ -34,10 +34,9 @@ use std::time::{Duration, Instant};
 
 use crate::exchange::{Endpoint, Listener, OobStream};
 use crate::process::Running;
-use crate::qp::state;
-use crate::{
-    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QueuePair,
-    RtrAttr, RtsAttr, qp::QpTypeState,
+use lab::{
+    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QpTypeState,
+    QueuePair, RtrAttr, RtsAttr, state,
 };
 
 /// A chapter's failure: the message printed after `error: `, with exit status 1.
@@ -65,15 +64,15 @@ impl From<&str> for Failure {
 }
 
 /// `?` on a `lab` call: lab's message already names the verb, the errno and a hint.
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Failure {
+impl From<lab::Error> for Failure {
+    fn from(e: lab::Error) -> Failure {
         Failure(e.to_string())
     }
 }
 
 /// `?` on a failed state transition (the QP it hands back is dropped).
-impl<S: QpTypeState> From<crate::qp::TransitionError<S>> for Failure {
-    fn from(e: crate::qp::TransitionError<S>) -> Failure {
+impl<S: QpTypeState> From<lab::TransitionError<S>> for Failure {
+    fn from(e: lab::TransitionError<S>) -> Failure {
         Failure(e.to_string())
     }
 }
@@ -141,7 +140,7 @@ pub fn exit_code_of(program: &str, result: Outcome) -> ExitCode {
 
 /// The device a chapter opens: `name` (its `-d` flag) if given, else `$LAB_DEVICE` if set and
 /// not empty, else the first device (`ibv_open_device(3)`).
-pub fn open_device(name: Option<&str>) -> crate::Result<Context> {
+pub fn open_device(name: Option<&str>) -> lab::Result<Context> {
     match name {
         Some(n) => Context::open(Some(n)),
         None => Context::open_default(),
@@ -196,9 +195,9 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// rest is cut off).
 ///
 /// Why the length byte: the receiver cannot tell how much the sender wrote. A REQ's private
-/// data always reaches the server as [`crate::cm::MAX_CONNECT_DATA`] (56) bytes, the IB CM
+/// data always reaches the server as [`lab::cm::MAX_CONNECT_DATA`] (56) bytes, the IB CM
 /// REQ's 92 less rdma_cm's 36-byte header, on RoCE as on InfiniBand, however few the client
-/// wrote; a REJ's arrives as [`crate::cm::MAX_REJECT_DATA`] (148) bytes (chapter 12's
+/// wrote; a REJ's arrives as [`lab::cm::MAX_REJECT_DATA`] (148) bytes (chapter 12's
 /// `--case reject` shows it). Pass the limit of the message it travels in as `room`
 /// (`MAX_CONNECT_DATA` for `rdma_connect`, `MAX_REJECT_DATA` for `rdma_reject`).
 pub fn framed(bytes: &[u8], room: usize) -> Vec<u8> {
@@ -231,7 +230,7 @@ pub fn connected_pair(
     cq_a: &CompletionQueue,
     cq_b: &CompletionQueue,
     gid: Gid,
-) -> crate::Result<(QueuePair, QueuePair)> {
+) -> lab::Result<(QueuePair, QueuePair)> {
     const PSN_A: u32 = 0x000100;
     const PSN_B: u32 = 0x000200;
     let a = pd.create_qp(&QpInitAttr::rc(cq_a, cq_a))?;
@@ -254,7 +253,7 @@ pub fn connected_pair(
 /// error completion (and a responder on its own, after sending the NAK), so a program that
 /// queries right after polling can still see RTS for an instant: this asks again until the
 /// QP is in ERR or `limit` has passed, then returns the state it is in.
-pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> crate::Result<QpState> {
+pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> lab::Result<QpState> {
     let start = Instant::now();
     loop {
         let s = qp.state()?;
@@ -456,10 +455,10 @@ mod tests {
 
     #[test]
     fn framed_private_data_survives_padding() {
-        let mut d = framed(b"client-3", crate::cm::MAX_CONNECT_DATA);
+        let mut d = framed(b"client-3", lab::cm::MAX_CONNECT_DATA);
         assert_eq!(d, b"\x08client-3");
         // rdma_cm hands the server all 56 bytes of a REQ's private data.
-        d.resize(crate::cm::MAX_CONNECT_DATA, 0);
+        d.resize(lab::cm::MAX_CONNECT_DATA, 0);
         assert_eq!(unframed(&d), Some(&b"client-3"[..]));
         assert_eq!(unframed(&framed(b"", 56)), Some(&b""[..]));
         assert_eq!(unframed(b""), None);
@@ -469,8 +468,8 @@ mod tests {
     #[test]
     fn framed_cuts_what_does_not_fit() {
         let long = [b'x'; 300];
-        let d = framed(&long, crate::cm::MAX_CONNECT_DATA);
-        assert_eq!(d.len(), crate::cm::MAX_CONNECT_DATA);
+        let d = framed(&long, lab::cm::MAX_CONNECT_DATA);
+        assert_eq!(d.len(), lab::cm::MAX_CONNECT_DATA);
         assert_eq!(unframed(&d).map(<[u8]>::len), Some(55));
         // One length byte counts 255 at most, whatever the room.
         assert_eq!(unframed(&framed(&long, 1000)).map(<[u8]>::len), Some(255));

@@ -23,11 +23,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::cq::{CompletionQueue, WcOpcode, WorkCompletion};
-use crate::error::{Error, Result};
-use crate::mr::{MemoryRegion, RemoteRegion};
-use crate::qp::QueuePair;
-use crate::wr::SendWr;
+use lab::{
+    CompletionQueue, Error, MemoryRegion, QueuePair, RemoteRegion, Result, SendWr, WcOpcode,
+    WorkCompletion,
+};
 
 mod future;
 pub use future::{AsyncPool, JoinAll, PoolOp, join_all};

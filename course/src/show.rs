@@ -1,4 +1,4 @@
-//! `lab::show`: the one place that formats identifiers and figures for output.
+//! `course::show`: the one place that formats identifiers and figures for output.
 //!
 //! Every chapter prints QP numbers, PSNs, keys, addresses, GIDs, timings and rates through
 //! this module, in the fixed labelled forms of `docs/conventions.md` §1. The harness redacts
@@ -11,7 +11,7 @@
 //! composes with `println!` without allocating:
 //!
 //! ```
-//! use lab::show;
+//! use course::show;
 //! use std::time::Duration;
 //!
 //! let line = format!("local {} {} {}", show::qpn(0x1a), show::psn(0x1b2c3d), show::rkey(0x120a));
@@ -318,91 +318,9 @@ pub const fn errno(errno: i32) -> Errno {
     Errno(errno)
 }
 
-/// The symbolic name of an errno (`22` -> `"EINVAL"`), for the values verbs, the CM and the
-/// socket calls produce. `None` for anything else (and for negative values). The one errno
-/// table of `lab`: [`crate::Errno::name`] reads it too.
-pub fn errno_name(errno: i32) -> Option<&'static str> {
-    use libc::*;
-    // EWOULDBLOCK == EAGAIN, ENOTSUP == EOPNOTSUPP and EDEADLOCK == EDEADLK on Linux: listed once.
-    Some(match errno {
-        EPERM => "EPERM",
-        ENOENT => "ENOENT",
-        ESRCH => "ESRCH",
-        EINTR => "EINTR",
-        EIO => "EIO",
-        ENXIO => "ENXIO",
-        E2BIG => "E2BIG",
-        ENOEXEC => "ENOEXEC",
-        EBADF => "EBADF",
-        ECHILD => "ECHILD",
-        EAGAIN => "EAGAIN",
-        ENOMEM => "ENOMEM",
-        EACCES => "EACCES",
-        EFAULT => "EFAULT",
-        EBUSY => "EBUSY",
-        EEXIST => "EEXIST",
-        EXDEV => "EXDEV",
-        ENODEV => "ENODEV",
-        ENOTDIR => "ENOTDIR",
-        EISDIR => "EISDIR",
-        EINVAL => "EINVAL",
-        ENFILE => "ENFILE",
-        EMFILE => "EMFILE",
-        ENOTTY => "ENOTTY",
-        EFBIG => "EFBIG",
-        ENOSPC => "ENOSPC",
-        ESPIPE => "ESPIPE",
-        EROFS => "EROFS",
-        EMLINK => "EMLINK",
-        EPIPE => "EPIPE",
-        EDOM => "EDOM",
-        ERANGE => "ERANGE",
-        EDEADLK => "EDEADLK",
-        ENAMETOOLONG => "ENAMETOOLONG",
-        ENOLCK => "ENOLCK",
-        ENOSYS => "ENOSYS",
-        ENOTEMPTY => "ENOTEMPTY",
-        ELOOP => "ELOOP",
-        ENOMSG => "ENOMSG",
-        EIDRM => "EIDRM",
-        ENODATA => "ENODATA",
-        ETIME => "ETIME",
-        EPROTO => "EPROTO",
-        EBADMSG => "EBADMSG",
-        EOVERFLOW => "EOVERFLOW",
-        EILSEQ => "EILSEQ",
-        ENOTSOCK => "ENOTSOCK",
-        EDESTADDRREQ => "EDESTADDRREQ",
-        EMSGSIZE => "EMSGSIZE",
-        EPROTOTYPE => "EPROTOTYPE",
-        ENOPROTOOPT => "ENOPROTOOPT",
-        EPROTONOSUPPORT => "EPROTONOSUPPORT",
-        EOPNOTSUPP => "EOPNOTSUPP",
-        EAFNOSUPPORT => "EAFNOSUPPORT",
-        EADDRINUSE => "EADDRINUSE",
-        EADDRNOTAVAIL => "EADDRNOTAVAIL",
-        ENETDOWN => "ENETDOWN",
-        ENETUNREACH => "ENETUNREACH",
-        ENETRESET => "ENETRESET",
-        ECONNABORTED => "ECONNABORTED",
-        ECONNRESET => "ECONNRESET",
-        ENOBUFS => "ENOBUFS",
-        EISCONN => "EISCONN",
-        ENOTCONN => "ENOTCONN",
-        ETIMEDOUT => "ETIMEDOUT",
-        ECONNREFUSED => "ECONNREFUSED",
-        EHOSTDOWN => "EHOSTDOWN",
-        EHOSTUNREACH => "EHOSTUNREACH",
-        EALREADY => "EALREADY",
-        EINPROGRESS => "EINPROGRESS",
-        ESTALE => "ESTALE",
-        EDQUOT => "EDQUOT",
-        ECANCELED => "ECANCELED",
-        EOWNERDEAD => "EOWNERDEAD",
-        ENOTRECOVERABLE => "ENOTRECOVERABLE",
-        _ => return None,
-    })
-}
+/// The symbolic name of an errno (`22` -> `"EINVAL"`): `lab`'s one errno table, which
+/// `lab::Errno::name` reads too.
+pub use lab::errno_name;
 
 // ---------------------------------------------------------------------------------------------
 // ibv_rc_pingpong's lines
@@ -543,7 +461,7 @@ pub enum Align {
 /// this module's functions first, so they stay redactable.
 ///
 /// ```
-/// use lab::show::{Align, Table};
+/// use course::show::{Align, Table};
 /// let mut t = Table::new([("index", Align::Right), ("type", Align::Left), ("gid", Align::Left)]);
 /// t.row(["0", "RoCE v1", "fe80::5054:ff:fe00:1"]);
 /// t.row(["1", "RoCE v2", "::ffff:10.99.0.1"]);
@@ -694,7 +612,7 @@ pub fn wrap_print(text: &str) {
 /// are indented two more spaces than the first. Takes `format!` arguments:
 ///
 /// ```
-/// lab::say!("  the child exited {}: 1 MiB was refused with ENOMEM, 32 KiB fit", 0);
+/// course::say!("  the child exited {}: 1 MiB was refused with ENOMEM, 32 KiB fit", 0);
 /// ```
 #[macro_export]
 macro_rules! say {
