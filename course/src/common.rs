@@ -15,7 +15,8 @@
 //! - **A checksum both sides can compute**: [`fnv1a32`] and [`fnv1a64`], so that a server
 //!   can show that the bytes a WRITE placed in its memory are the bytes the client sent.
 //! - **Private data with its length**: [`framed`] and [`unframed`], because rdma_cm delivers
-//!   a REQ's private data padded to a fixed size (chapters 09 and 12).
+//!   a REQ's private data padded to a fixed size (chapters 09 and 12); **numbers in private
+//!   data**, behind a tag: [`Tagged`] (a region's address, length and rkey in an accept).
 //! - **Two QPs in RTS on one device**: [`connected_pair`], for the chapters that need a working
 //!   connection before chapters 05 and 06 take the bring-up apart; [`wait_for_err`] for the
 //!   moment after an error completion when rxe has not yet moved the QP to ERR.
@@ -23,9 +24,11 @@
 //!   starts one copy of the program per client, prints what each one said, in order, then
 //!   runs this process's own part.
 //!   [`this_program_again`] is the command under them, also used by the chapters whose
-//!   server runs as child processes so that one can be killed.
+//!   server runs as child processes so that one can be killed: [`run_copy`] runs one such
+//!   copy to its end with a deadline, and the copy ends itself with [`crash`] (SIGKILL).
 //! - **One RC connection over the lab's exchange**: [`accept_peer`] (server) and
-//!   [`connect_peer`] (client), once chapter 07 has shown the steps.
+//!   [`connect_peer`] (client), once chapter 07 has shown the steps; [`accept_clients`] for a
+//!   server's several clients, printed in a stable order.
 //! - [`done`]: the last line of a role.
 
 use std::fmt::{self, Display};
@@ -89,8 +92,11 @@ impl From<crate::exchange::ExchangeError> for Failure {
     }
 }
 
-/// What a chapter's step returns: a value, or a [`Failure`].
-pub type Outcome<T = ()> = std::result::Result<T, Failure>;
+/// What a chapter's step returns: a value, or a [`Failure`]. Every chapter imports it as its
+/// `Result` (`use course::Outcome as Result;`); the error type is a parameter with `Failure`
+/// as its default, so `Result<T, clap::Error>` in the same file is still std's two-parameter
+/// `Result`.
+pub type Outcome<T = (), E = Failure> = std::result::Result<T, E>;
 
 /// `.or_fail(what)`: turns any error into a [`Failure`] that reads `"{what}: {error}"`, where
 /// `what` says what the program was doing and the error (a `lab::Error`) names the verb, the
@@ -215,6 +221,64 @@ pub fn unframed(data: &[u8]) -> Option<&[u8]> {
     data.get(1..1 + n)
 }
 
+/// Private data that carries numbers: a 4-byte tag that says what follows (`b"RGN1"`), then
+/// each number in network byte order (big-endian). Chapters 09 and 12 send a region this way
+/// in the accept's private data (`Tagged::new(b"RGN1").u64(addr).u32(len).u32(rkey)`), and
+/// the client reads it back with [`Tagged::read`], whatever padding rdma_cm added after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tagged(Vec<u8>);
+
+impl Tagged {
+    /// The tag alone; each number follows it in the order it is added.
+    pub fn new(tag: &[u8; 4]) -> Tagged {
+        Tagged(tag.to_vec())
+    }
+
+    /// `v` next, in 4 bytes.
+    pub fn u32(mut self, v: u32) -> Tagged {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// `v` next, in 8 bytes.
+    pub fn u64(mut self, v: u64) -> Tagged {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// The private data: the tag, then the numbers.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// The numbers after `tag` in `data`, to read in the order they were added; `None` when
+    /// `data` does not start with `tag`.
+    pub fn read<'a>(data: &'a [u8], tag: &[u8; 4]) -> Option<TaggedReader<'a>> {
+        data.strip_prefix(tag.as_slice()).map(TaggedReader)
+    }
+}
+
+/// The numbers of [`Tagged`] private data, in order: each call takes the next one, `None`
+/// once too few bytes are left for it.
+#[derive(Debug, Clone)]
+pub struct TaggedReader<'a>(&'a [u8]);
+
+impl TaggedReader<'_> {
+    /// The next number of 4 bytes.
+    pub fn u32(&mut self) -> Option<u32> {
+        let (n, rest) = self.0.split_first_chunk::<4>()?;
+        self.0 = rest;
+        Some(u32::from_be_bytes(*n))
+    }
+
+    /// The next number of 8 bytes.
+    pub fn u64(&mut self) -> Option<u64> {
+        let (n, rest) = self.0.split_first_chunk::<8>()?;
+        self.0 = rest;
+        Some(u64::from_be_bytes(*n))
+    }
+}
+
 /// The device name [`open_device`] would ask for: `name`, else `$LAB_DEVICE`; `None` means
 /// "the first device".
 pub fn wanted_device(name: Option<&str>) -> Option<String> {
@@ -301,6 +365,28 @@ pub fn accept_peer(
     Ok(Peer { qp, oob, theirs })
 }
 
+/// A server's `count` clients, one connection each: `accept` takes the next one and is told
+/// which it waits for (`"client 2 of 3"`). They come in a racy order, so they are printed
+/// sorted by name, each with our QP number (`  client-1 connected: our qpn=...`), and
+/// returned in that order: the output is the same every run (chapters 09 and 10).
+pub fn accept_clients(
+    count: usize,
+    mut accept: impl FnMut(&str) -> Outcome<Peer>,
+) -> Outcome<Vec<Peer>> {
+    let mut conns: Vec<Peer> = (0..count)
+        .map(|i| accept(&format!("client {} of {count}", i + 1)))
+        .collect::<Outcome<_>>()?;
+    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
+    for c in &conns {
+        println!(
+            "  {} connected: our {}",
+            c.theirs.name,
+            crate::show::qpn(c.qp.qp_num())
+        );
+    }
+    Ok(conns)
+}
+
 /// The client side: send `mine` (its `qpn` set to `qp`'s) to the server at `host:port`,
 /// receive the server's endpoint, and bring `qp` up toward it with `mine.psn`. A failed
 /// exchange says "exchanging endpoints with `what` at `host`".
@@ -374,6 +460,44 @@ pub fn wait_or_kill(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A supervisor's copy of this program, run to its end: [`this_program_again`] with `extra`
+/// (the part it plays: `--worker 2`), stdin closed, stdout and stderr inherited (the harness
+/// reads its lines as they come), waited for at most `limit` ([`wait_or_kill`]). `who` names
+/// the copy in the failures: it could not start, or it was still running at `limit` and was
+/// killed. How it ended (an exit code, or the signal that killed it) is the caller's to judge.
+pub fn run_copy<I, S>(extra: I, who: &str, limit: Duration) -> Outcome<std::process::ExitStatus>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut child = this_program_again(extra)
+        .or_fail("cannot find our own executable")?
+        .stdin(Stdio::null())
+        .spawn()
+        .or_fail_with(|| format!("starting {who}"))?;
+    match wait_or_kill(&mut child, limit).or_fail_with(|| format!("waiting for {who}"))? {
+        Some(status) => Ok(status),
+        None => Err(Failure(format!(
+            "{who} did not end within {} s: killed",
+            limit.as_secs()
+        ))),
+    }
+}
+
+/// Ends this process with SIGKILL, as a crash would: no destructor runs and nothing is said
+/// to the peer; the kernel closes its sockets and destroys its QPs, CQs and MRs. Through
+/// `kill(1)`: std can SIGKILL a child, not its own process. Returns only if the signal did
+/// not kill us, as a failure.
+pub fn crash<T>() -> Outcome<T> {
+    let pid = std::process::id().to_string();
+    Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .or_fail("kill(1)")?;
+    std::thread::sleep(Duration::from_secs(5));
+    Err("SIGKILL did not kill us".into())
 }
 
 /// Waits for each copy (all share one `deadline`) and prints its output in order, each line
@@ -473,6 +597,29 @@ mod tests {
         assert_eq!(unframed(&d).map(<[u8]>::len), Some(55));
         // One length byte counts 255 at most, whatever the room.
         assert_eq!(unframed(&framed(&long, 1000)).map(<[u8]>::len), Some(255));
+    }
+
+    #[test]
+    fn tagged_numbers_come_back_in_order_whatever_follows() {
+        let d = Tagged::new(b"RGN1")
+            .u64(0x1122_3344_5566_7788)
+            .u32(4096)
+            .u32(0x1234)
+            .into_bytes();
+        assert_eq!(d.len(), 20);
+        assert_eq!(&d[..8], b"RGN1\x11\x22\x33\x44");
+        // rdma_cm pads a REP's private data: what follows the numbers is not read.
+        let mut padded = d.clone();
+        padded.resize(196, 0);
+        let mut r = Tagged::read(&padded, b"RGN1").unwrap();
+        assert_eq!(r.u64(), Some(0x1122_3344_5566_7788));
+        assert_eq!(r.u32(), Some(4096));
+        assert_eq!(r.u32(), Some(0x1234));
+        // Another tag, or too few bytes: no numbers.
+        assert!(Tagged::read(&d, b"TBL1").is_none());
+        let mut short = Tagged::read(&d[..14], b"RGN1").unwrap();
+        assert_eq!(short.u64(), Some(0x1122_3344_5566_7788));
+        assert_eq!(short.u32(), None);
     }
 
     #[test]

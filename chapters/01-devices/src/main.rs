@@ -30,6 +30,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch01-devices: error: ` (lab's errors name the verb, the errno and, for
+// classic mistakes, a hint).
+use course::Outcome as Result;
 use course::kernel::{KernelVersion, RxeChange};
 use course::say;
 use course::show::{self, Align, Table};
@@ -57,12 +61,7 @@ fn main() -> ExitCode {
     course::exit_code_of("ch01-devices", run(&args))
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch01-devices: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = course::Outcome<T>;
-
-fn run(args: &Args) -> Res<()> {
+fn run(args: &Args) -> Result<()> {
     println!("ch01-devices: devices, ports and the GID table");
     println!();
 

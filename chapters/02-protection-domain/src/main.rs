@@ -33,6 +33,10 @@ use std::time::{Duration, Instant};
 // Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of the course crate.
 // `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
 // expected one.
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch02-protection-domain: error: ` (lab's errors name the verb, the errno
+// and, for classic mistakes, a hint).
+use course::Outcome as Result;
 use course::kernel::{KernelVersion, RxeChange};
 use course::say;
 use course::show;
@@ -63,12 +67,7 @@ fn main() -> ExitCode {
     course::exit_code_of("ch02-protection-domain", run())
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch02-protection-domain: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = course::Outcome<T>;
-
-fn run() -> Res<()> {
+fn run() -> Result<()> {
     println!("ch02-protection-domain: protection domains as isolation boundaries");
     println!();
 
@@ -367,7 +366,7 @@ fn report(who: &str, wc: &WorkCompletion) {
 }
 
 /// True if no completion arrives on `cq` within `quiet`.
-fn nothing_arrives(cq: &CompletionQueue, quiet: Duration) -> Res<bool> {
+fn nothing_arrives(cq: &CompletionQueue, quiet: Duration) -> Result<bool> {
     let start = Instant::now();
     while start.elapsed() < quiet {
         if let Some(wc) = cq.poll_one()? {

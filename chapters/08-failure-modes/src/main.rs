@@ -41,9 +41,9 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
+use course::Outcome as Result;
 use course::kernel::RxeChange;
 use report::Report;
-use rig::R;
 
 /// One failure mode.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ pub struct Case {
     /// Where rxe changed: what it produces on the kernels the change holds on
     /// (course::kernel::RxeChange; docs/rxe-observed.md, "On later kernels").
     pub later: Option<(RxeChange, &'static str)>,
-    pub run: fn(&mut Report) -> R<()>,
+    pub run: fn(&mut Report) -> Result<()>,
 }
 
 /// The cases, in the order of the course: the numbers and names of `docs/rxe-observed.md`.
@@ -413,7 +413,7 @@ fn main() -> ExitCode {
 }
 
 /// Ends a server/client role: an unexpected error is printed, and fails the run.
-fn run_role(r: R<bool>) -> bool {
+fn run_role(r: Result<bool>) -> bool {
     match r {
         Ok(ok) => ok,
         Err(e) => {

@@ -7,6 +7,7 @@
 
 use std::fmt::Display;
 
+use course::Outcome as Result;
 use course::kernel::{KernelVersion, RxeChange};
 use lab::{Errno, Error, WcStatus, WorkCompletion};
 
@@ -38,7 +39,7 @@ impl Report {
     /// Where rxe changed between kernels (course::kernel): does this kernel follow the later
     /// record for `change`? Prints which record the next checks hold against, so a reader of
     /// the output knows which kernel's behaviour it shows.
-    pub fn record(&self, change: RxeChange) -> crate::rig::R<bool> {
+    pub fn record(&self, change: RxeChange) -> Result<bool> {
         let k = KernelVersion::running().map_err(|e| format!("which kernel rxe runs in: {e}"))?;
         println!(
             "  checked against: {} ({})",

@@ -8,8 +8,8 @@ use crate::{Args, CONNECT, OP, WORK, block_content, header_of};
 use course::RemotePool;
 use course::exchange::{Endpoint, Listener};
 use course::show;
-use course::{Failure, OrFail, Outcome as Result, Peer, expect, fnv1a64, random_psn};
-use lab::{AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemoteRegion, WcStatus, state};
+use course::{Failure, Outcome as Result, Peer, expect, fnv1a64, random_psn};
+use lab::{AccessFlags, Error, QpInitAttr, QpState, QueuePair, WcStatus, state};
 
 /// The server role of `--case reconnect`: each server is a process of its own, so the first
 /// can be killed (SIGKILL, as a crash would) and a second one started in its place.
@@ -25,20 +25,11 @@ pub(crate) fn supervisor() -> Result<bool> {
             }
         );
         // stdout is inherited: the harness must see "listening on" while the server runs.
-        let mut child = course::this_program_again(["--server-round", &n.to_string()])
-            .or_fail("cannot find our own executable")?
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .or_fail("starting a server process")?;
-        let Some(status) = course::wait_or_kill(&mut child, WORK + CONNECT)
-            .or_fail("waiting for a server process")?
-        else {
-            return Err(format!(
-                "server {n} did not end within {} s: killed",
-                (WORK + CONNECT).as_secs()
-            )
-            .into());
-        };
+        let status = course::run_copy(
+            ["--server-round", &n.to_string()],
+            &format!("server {n}"),
+            WORK + CONNECT,
+        )?;
         match (n, status.signal(), status.code()) {
             (1, Some(9), _) => println!("supervisor: server 1 was killed by SIGKILL (9)"),
             (2, None, Some(0)) => println!("supervisor: server 2 exited with 0"),
@@ -67,13 +58,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
          bytes, one MR): {}",
         show::rkey(pool.rkey())
     );
-    let table: Vec<RemoteRegion> = (0..blocks)
-        .map(|i| RemoteRegion {
-            addr: pool.addr() + (i * size) as u64,
-            len: size as u64,
-            rkey: pool.rkey(),
-        })
-        .collect();
+    let table = course::pool::block_table(&pool, blocks, size);
     let cq = ctx.create_cq(16, None)?;
     let listener = Listener::bind(args.port)?;
     println!(
@@ -106,13 +91,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
              MR and sockets go with it)"
         );
         // SIGKILL, as a crash would: no destructor runs, the kernel cleans up.
-        let pid = std::process::id().to_string();
-        std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .or_fail("kill(1)")?;
-        std::thread::sleep(Duration::from_secs(5));
-        return Err("SIGKILL did not kill us".into());
+        return course::crash();
     }
     println!("step 4: server {n}: the client reported: {line}");
     let got = &pool.as_slice()[..size];

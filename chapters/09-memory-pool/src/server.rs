@@ -13,7 +13,7 @@ use lab::cm::CmId;
 use course::exchange::{Endpoint, Listener};
 use course::show;
 use course::{OrFail, Outcome as Result, Peer, fnv1a64};
-use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState, RemoteRegion};
+use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState};
 
 pub(crate) fn server(args: &Args) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as usize);
@@ -83,13 +83,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     );
 
     println!("step 3: the block table the clients get: (addr, len, rkey) per block");
-    let table: Vec<RemoteRegion> = (0..n)
-        .map(|i| RemoteRegion {
-            addr: pool.addr() + (i * size) as u64,
-            len: size as u64,
-            rkey: pool.rkey(),
-        })
-        .collect();
+    let table = course::pool::block_table(&pool, n, size);
     print_table(&table);
     pool.as_mut_slice().fill(0);
 
@@ -135,18 +129,8 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     };
 
     println!("step 5: accept the clients, in whatever order they come");
-    let mut conns: Vec<Peer> = (0..workers)
-        .map(|i| accept(&format!("client {} of {workers}", i + 1)))
-        .collect::<Result<_>>()?;
-    // They connect in a racy order: print them sorted, so the output is the same every run.
-    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
-    for c in &conns {
-        println!(
-            "  {} connected: our {}",
-            c.theirs.name,
-            show::qpn(c.qp.qp_num())
-        );
-    }
+    // They connect in a racy order: printed sorted, so the output is the same every run.
+    let mut conns = course::accept_clients(workers, accept)?;
 
     println!("step 6: tell every client \"go\", then wait for each one's \"done\"");
     // From here the clients write and read the pool with one-sided operations. This process

@@ -49,7 +49,7 @@ use course::RemotePool;
 use course::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
 use course::show::{self, Align, Table};
 use course::{Failure, OrFail, Outcome as Result, Peer, expect};
-use lab::{AccessFlags, Error, QpInitAttr, QpState, RemoteRegion};
+use lab::{AccessFlags, Error, QpInitAttr, QpState};
 
 const PSN: u32 = 0x000200;
 const CONNECT: Duration = Duration::from_secs(60);
@@ -169,13 +169,7 @@ fn server(args: &Args) -> Result<bool> {
         | AccessFlags::REMOTE_ATOMIC;
     let mut pool = pd.reg_mr(4 * BLOCK, access)?;
     pool.as_mut_slice().fill(0);
-    let table: Vec<RemoteRegion> = (0..4)
-        .map(|i| RemoteRegion {
-            addr: pool.addr() + (i * BLOCK) as u64,
-            len: BLOCK as u64,
-            rkey: pool.rkey(),
-        })
-        .collect();
+    let table = course::pool::block_table(&pool, 4, BLOCK);
     let mut t = Table::new([
         ("block", Align::Right),
         ("holds", Align::Left),
@@ -211,17 +205,7 @@ fn server(args: &Args) -> Result<bool> {
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
         course::accept_peer(&listener, qp, &me, what, CONNECT)
     };
-    let mut conns: Vec<Peer> = (0..k)
-        .map(|i| accept(&format!("client {} of {k}", i + 1)))
-        .collect::<Result<_>>()?;
-    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
-    for c in &conns {
-        println!(
-            "  {} connected: our {}",
-            c.theirs.name,
-            show::qpn(c.qp.qp_num())
-        );
-    }
+    let mut conns = course::accept_clients(k, accept)?;
 
     println!("step 4: run the three phases; each starts when every client is ready for it");
     // The barriers are TCP lines: they only line the clients up so they really overlap.

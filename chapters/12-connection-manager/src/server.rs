@@ -13,7 +13,6 @@ use lab::cm::{CmEventType, CmId, ConnParam, MAX_REJECT_DATA};
 use lab::{RecvWr, SendWr, state};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::time::Duration;
 
 /// `--case peer-killed` and `--case reconnect`: the server runs as workers, each one process,
@@ -26,21 +25,13 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
     };
     for n in 1..=rounds {
         println!("supervisor: starting server worker {n}");
-        let mut child = course::this_program_again(["--worker", &n.to_string()])
-            .or_fail("cannot find our own executable")?
-            .spawn()
-            .or_fail("cannot start a worker")?;
         // Every wait of a worker ends within --timeout, and a run takes seconds; a worker
         // still running after ten of those is stuck, and the supervisor gives up on it.
-        let limit = 10 * timeout(o);
-        let Some(status) =
-            course::wait_or_kill(&mut child, limit).or_fail("waiting for a worker")?
-        else {
-            return Err(course::Failure(format!(
-                "worker {n} did not end within {} s: killed",
-                limit.as_secs()
-            )));
-        };
+        let status = course::run_copy(
+            ["--worker", &n.to_string()],
+            &format!("worker {n}"),
+            10 * timeout(o),
+        )?;
         match status.signal() {
             Some(9) => println!("supervisor: worker {n} was killed by SIGKILL (9)"),
             _ => {
@@ -139,13 +130,7 @@ pub(crate) fn accept(role: &str, step: u32, c: &Conn, data: &[u8], t: Duration) 
 
 pub(crate) fn kill_myself(role: &str) -> Result {
     println!("{role}: killing this process with SIGKILL, as a crash would");
-    let pid = std::process::id().to_string();
-    Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .or_fail("kill(1)")?;
-    std::thread::sleep(Duration::from_secs(5));
-    Err("SIGKILL did not kill us".into())
+    course::crash()
 }
 
 pub(crate) fn serve_lab(o: &Opts, role: &str, worker: u32, id: CmId) -> Result {

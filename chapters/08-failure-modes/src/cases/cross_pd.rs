@@ -4,15 +4,16 @@
 //! own PD, through its lkeys locally and through rkeys remotely. The keys of another PD on
 //! the same device are real keys, just not valid here.
 
+use course::Outcome as Result;
 use course::kernel::RxeChange;
 use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, QUIET_WINDOW, R, Rig, drain, must_wc};
+use crate::rig::{Pair, PairCfg, QUIET_WINDOW, Rig, drain, must_wc};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // (a) A local SGE with the lkey of an MR of another PD.
     let rig = Rig::open()?;
     let p = Pair::connect(&rig, PairCfg::default())?;

@@ -4,14 +4,15 @@
 //! at once, in `ibv_post_recv`, with ENOMEM (returned, not in `errno`). The queue is a ring
 //! that rxe rounds up to 2^k - 1 entries, so "full" comes later than you asked for.
 
+use course::Outcome as Result;
 use course::kernel::RxeChange;
 use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{ENOMEM, R, Rig};
+use crate::rig::{ENOMEM, Rig};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let cq = rig.ctx.create_cq(16, None)?;
     let qp = rig.pd.create_qp(&QpInitAttr::rc(&cq, &cq).max_recv_wr(4))?;

@@ -6,17 +6,18 @@
 
 use std::time::Instant;
 
+use course::Outcome as Result;
 use course::kernel::RxeChange;
 use course::show;
 use lab::*;
 
 use crate::report::Report;
 use crate::rig::{
-    FOREVER_WINDOW, PSN_A, Pair, PairCfg, QUIET_WINDOW, R, Rig, SHOULD_COME, drain, must_wc, secs,
+    FOREVER_WINDOW, PSN_A, Pair, PairCfg, QUIET_WINDOW, Rig, SHOULD_COME, drain, must_wc, secs,
     timed_wc,
 };
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // (a) A finite rnr_retry.
     let rig = Rig::open()?;
     let cfg = PairCfg {
