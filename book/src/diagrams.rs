@@ -35,7 +35,7 @@ pub fn render(_repo: &Path, name: &str) -> Result<String> {
 }
 
 /// Runs `dot -Tsvg` on a graph, with a deadline (the graph goes through a file, so the one
-/// child-with-a-deadline helper, [`lab::process::Running`], can collect the output).
+/// child-with-a-deadline helper, [`course::process::Running`], can collect the output).
 pub fn svg(dot: &str) -> Result<String> {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -47,7 +47,7 @@ pub fn svg(dot: &str) -> Result<String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let run = lab::process::Running::spawn(cmd);
+    let run = course::process::Running::spawn(cmd);
     let result = run
         .context(
             "running Graphviz's dot (not installed?)\n  fix: scripts/setup.sh --book \

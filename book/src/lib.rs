@@ -100,7 +100,7 @@ pub fn build(repo: &Path, out: &Path) -> Result<PathBuf> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     // The one child-with-a-deadline helper: a render takes about a second here.
-    let mut child = lab::process::Running::spawn(cmd)
+    let mut child = course::process::Running::spawn(cmd)
         .with_context(|| format!("running {}", mdbook.display()))?;
     let (code, stdout, stderr) =
         child.finish(std::time::Instant::now() + std::time::Duration::from_secs(300));

@@ -117,6 +117,7 @@ fn fingerprint(repo: &Path) -> (Option<SystemTime>, usize) {
         "chapters",
         "docs",
         "lab/src",
+        "course/src",
         "harness/README.md",
         "README.md",
     ]

@@ -10,7 +10,7 @@
 //!  3. passes requests of programs in the guest to the lab's owner on the host: a program
 //!     connects to the unix socket `$LAB_HOST` ([`HOST_SOCK`]), writes one line ("freeze a")
 //!     and reads a `contracts::HostReply`: `ok N` or `err N`, a newline, then N bytes of text
-//!     (lab::host is the client).
+//!     (course::host is the client).
 //!
 //! `lab-agent --stdio` serves the same protocol on stdin/stdout without any setup, so the
 //! host's tests exercise it without a VM.

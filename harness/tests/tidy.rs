@@ -414,6 +414,14 @@ fn planted_violations_are_reported() {
     )
     .unwrap();
     files.push("harness/src/ffi.rs".into());
+    // The course crate sits beside lab (course/, not lab/...): its code is checked too.
+    std::fs::create_dir_all(root.join("course/src")).unwrap();
+    std::fs::write(
+        root.join("course/src/lib.rs"),
+        format!("pub fn f() {{ {} {{ g() }} }}\n", concat!("un", "safe")),
+    )
+    .unwrap();
+    files.push("course/src/lib.rs".into());
     std::fs::write(
         root.join("chapters/01-devices/README.md"),
         "# Chapter 01\n\n## Verbs introduced\n\n## Run it\n",
@@ -431,6 +439,7 @@ fn planted_violations_are_reported() {
         found_starting.as_str(),
         found_numbered.as_str(),
         "harness/src/ffi.rs:2: `unsafe` outside lab/",
+        "course/src/lib.rs:1: `unsafe` outside lab/",
         "chapters/01-devices/README.md: the ## headings are [\"Verbs introduced\", \"Run it\"]",
         "chapters/02-stray: a chapter directory that chapters/course.toml does not list",
         "README.md: the course table has no row for chapter 01",

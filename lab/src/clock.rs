@@ -11,8 +11,9 @@
 //! let mut x = 0u64;
 //! for i in 0..100_000u64 { x = x.wrapping_add(std::hint::black_box(i)); }
 //! let used = lab::cpu_time().unwrap().since(&before);
-//! // Print it through lab::show so snapshots redact it: "cpu=1.234ms" -> "cpu=[CPU]".
-//! println!("{} {x}", lab::show::cpu(used.total()));
+//! // A chapter prints it through `course::show::cpu`, so that snapshots redact it
+//! // ("cpu=1.234ms" -> "cpu=[CPU]").
+//! println!("{:?} {x}", used.total());
 //! ```
 
 use std::time::Duration;

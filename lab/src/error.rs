@@ -282,7 +282,7 @@ pub enum Error {
         detail: Cow<'static, str>,
     },
     /// A block index, offset or length outside a remote pool's table or region
-    /// ([`crate::pool::RemotePool`]); nothing was posted.
+    /// (`course::RemotePool`); nothing was posted.
     #[error("out of bounds: {0}")]
     OutOfBounds(Cow<'static, str>),
     /// An argument `lab` checked before calling into libibverbs was invalid.

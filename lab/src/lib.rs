@@ -5,7 +5,11 @@
 //! its man page: [`Context::alloc_pd`] is `ibv_alloc_pd(3)`, [`QueuePair::post_send`] is
 //! `ibv_post_send(3)`, and each item's documentation names the C call it wraps.
 //!
-//! It is the only crate of the course that touches FFI; chapters use `lab`'s types only.
+//! It is the only crate of the course that touches FFI (and the only one with `unsafe`);
+//! chapters use `lab`'s types only. What the chapters share besides the verbs (their error
+//! style, the labelled output, the out-of-band exchange, the remote pool, child processes, the
+//! lab's host) is the `course` crate (package `lab-course`, in `course/`), built on this one;
+//! `lab` does not depend on it.
 //!
 //! ## What it teaches (and what it protects you from)
 //!
@@ -38,7 +42,7 @@
 //! | `device` | `ibv_get_device_list`, `ibv_open_device`, `ibv_query_device`, `ibv_query_port`, `ibv_query_gid_ex`, `ibv_get_async_event` | [`Context`], [`DeviceAttr`], [`PortAttr`], [`Gid`], [`GidEntry`], [`AsyncEvent`] |
 //! | `pd` | `ibv_alloc_pd`, `ibv_dealloc_pd` | [`ProtectionDomain`] |
 //! | `mw` | `ibv_alloc_mw`, `ibv_bind_mw`, `IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`, `ibv_dealloc_mw` | [`MemoryWindow`], [`MwType`] |
-//! | `mr` | `ibv_reg_mr`, `ibv_dereg_mr` | [`MemoryRegion`], [`AccessFlags`] |
+//! | `mr` | `ibv_reg_mr`, `ibv_dereg_mr` | [`MemoryRegion`], [`AccessFlags`], [`RemoteRegion`] (what a peer needs to reach a region) |
 //! | `clock` | (`getrusage(2)`) | [`CpuTime`], [`cpu_time`]: what a way of waiting costs in CPU |
 //! | `cq` | `ibv_create_comp_channel`, `ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` | [`CompletionChannel`], [`CompletionQueue`], [`CqEvent`], [`WorkCompletion`], [`WcStatus`], [`WcOpcode`] |
 //! | `qp` | `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_post_send`, `ibv_post_recv` | [`QueuePair`], [`QpAttr`], [`InitAttr`], [`RtrAttr`], [`RtsAttr`], [`transition`] |
@@ -46,16 +50,12 @@
 //! | `ah` | `ibv_create_ah`, `ibv_destroy_ah` (UD) | [`AddressHandle`] |
 //! | `wr` | (`struct ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`) | [`Sge`], [`InlineSge`], [`SendWr`], [`RecvWr`] |
 //! | [`cm`] | `rdma_create_id`, `rdma_resolve_addr`, `rdma_resolve_route`, `rdma_create_qp`, `rdma_connect`, `rdma_listen`, `rdma_accept`, `rdma_reject`, `rdma_disconnect`, `rdma_get_cm_event` | [`cm::CmId`] (`cm/id.rs`), [`cm::CmEvent`] (`cm/event.rs`), [`cm::ConnParam`] (`cm/param.rs`) |
-//! | `pool` | (RDMA WRITE/READ/atomics by block index) | [`RemotePool`], [`AsyncPool`], [`Ticket`] |
 //! | `error` | (errno conventions) | [`enum@Error`], [`Verb`], [`ErrorKind`], [`Errno`], [`Hint`] (a [`HintCode`] of `contracts::hints`) |
-//! | [`exchange`] | (TCP, out of band) | endpoint exchange: `ibv_rc_pingpong`'s format and the lab's own; [`RemoteRegion`] |
-//! | [`tree`] | | [`tree::OBJECTS`]: the object tree as data, [`tree::teardown_order`] |
-//! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
+//! | `tables` (re-exported from `contracts::verbs`) | | [`QpState`], [`AccessFlags`], [`WcStatus`], [`Errno`] and [`errno_name`], [`tree`]: the pure tables, in a crate without libibverbs so the book and the harness can read them |
 //! | [`perf`] | (`rdtsc`, `sched_setaffinity(2)`) | [`perf::tsc_hz`], [`perf::set_affinity`]: checking a cycle clock, pinning a thread |
-//! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
-//! | [`host`] | (the lab's `LAB_HOST` socket) | [`host::ask`]: what a program in a VM asks the lab's host (freeze, kill, restart the peer) |
-//! | [`course`] | | what every chapter repeats: `Failure`/`or_fail`, opening the device, a connected pair, FNV-1a checksums, framed private data |
-//! | [`kernel`] | (`uname(2)`) | [`kernel::KernelVersion`], [`kernel::RxeChange`]: where rxe's behaviour changed between kernels |
+//!
+//! `clock` and `perf` stay here although no verb uses them: each wraps a libc call in
+//! `unsafe`, and `unsafe` lives in this crate only.
 //!
 //! ## A self-connected RC QP in a few lines
 //!
@@ -87,22 +87,15 @@
 pub mod ah;
 pub mod clock;
 pub mod cm;
-pub mod course;
 pub mod cq;
 pub mod device;
 pub mod error;
-pub mod exchange;
 mod flags;
-pub mod host;
-pub mod kernel;
 pub mod mr;
 pub mod mw;
 pub mod pd;
 pub mod perf;
-pub mod pool;
-pub mod process;
 pub mod qp;
-pub mod show;
 pub mod srq;
 /// The verbs' object tree as data (the `contracts` crate's table, which the book draws).
 pub use contracts::verbs::tree;
@@ -110,6 +103,7 @@ pub mod wr;
 
 pub use ah::{AddressHandle, UD_GRH_BYTES};
 pub use clock::{CpuTime, cpu_time};
+pub use contracts::verbs::errno_name;
 pub use cq::{
     CompletionChannel, CompletionQueue, CqEvent, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -123,7 +117,6 @@ pub use mr::{
 };
 pub use mw::{MemoryWindow, MwType, inc_rkey};
 pub use pd::ProtectionDomain;
-pub use pool::{AsyncPool, PoolOp, RemotePool, Ticket, join_all};
 pub use qp::{
     AddressVector, InitAttr, QpAttr, QpAttrMask, QpCap, QpInfo, QpInitAttr, QpState, QpType,
     QpTypeState, QueuePair, RtrAttr, RtsAttr, TransitionError, check_transition,

@@ -30,9 +30,13 @@ use std::process::ExitCode;
 use clap::Parser;
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
-use lab::kernel::{KernelVersion, RxeChange};
-use lab::say;
-use lab::show::{self, Align, Table};
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch01-devices: error: ` (lab's errors name the verb, the errno and, for
+// classic mistakes, a hint).
+use course::Outcome as Result;
+use course::kernel::{KernelVersion, RxeChange};
+use course::say;
+use course::show::{self, Align, Table};
 use lab::{Context, GidEntry, GidType, InitAttr, LinkLayer, Mtu, PortState, QpInitAttr, RtrAttr};
 
 /// The command line (clap: `--help` and a clear message with exit status 2 for a bad flag).
@@ -54,15 +58,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    lab::course::exit_code_of("ch01-devices", run(&args))
+    course::exit_code_of("ch01-devices", run(&args))
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch01-devices: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
-
-fn run(args: &Args) -> Res<()> {
+fn run(args: &Args) -> Result<()> {
     println!("ch01-devices: devices, ports and the GID table");
     println!();
 
@@ -92,8 +91,8 @@ fn run(args: &Args) -> Res<()> {
     println!();
 
     // -----------------------------------------------------------------------------------------
-    // `-d`, else $LAB_DEVICE, else the first device (lab::course::open_device's rule).
-    let wanted = lab::course::wanted_device(args.device.as_deref());
+    // `-d`, else $LAB_DEVICE, else the first device (course::open_device's rule).
+    let wanted = course::wanted_device(args.device.as_deref());
     println!(
         "step 2: open {} (ibv_open_device)",
         wanted.as_deref().unwrap_or("the first device")
@@ -264,7 +263,7 @@ fn run(args: &Args) -> Res<()> {
         "  max_msg_sz: {} bytes (the largest single message)",
         port.max_msg_sz
     );
-    // rxe's reported value changed with the kernel (lab::kernel::RxeChange); its limit on
+    // rxe's reported value changed with the kernel (course::kernel::RxeChange); its limit on
     // posted work requests did not: 2 GiB on both.
     let fixed = RxeChange::PortMaxMsgSz2GiB;
     match KernelVersion::running() {

@@ -7,10 +7,10 @@
 //!   with a clear message and a non-zero exit.
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
 use harness::testing::{lab_kernel, run_chapter};
 use harness::testing_cli::{prints_help, refuses_command_line};
-use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch01-devices");
@@ -26,7 +26,7 @@ fn chapter(#[case] args: &[&str], #[case] exit: i32) {
         (["-d", ..], _) => "unknown_device",
         _ => "no_such_port",
     };
-    // The port's max_msg_sz depends on the lab's kernel (lab::kernel): kernels with the fix
+    // The port's max_msg_sz depends on the lab's kernel (course::kernel): kernels with the fix
     // have their own snapshot of the default run (`e2e__default@linux-6.14.snap`).
     let release = lab_kernel(Topology::Loopback);
     let kernel = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));

@@ -30,13 +30,17 @@ use clap::Parser;
 use std::time::{Duration, Instant};
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
-// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
+// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of the course crate.
 // `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
 // expected one.
-use lab::course::{connected_pair, expect, wait_for_err};
-use lab::kernel::{KernelVersion, RxeChange};
-use lab::say;
-use lab::show;
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch02-protection-domain: error: ` (lab's errors name the verb, the errno
+// and, for classic mistakes, a hint).
+use course::Outcome as Result;
+use course::kernel::{KernelVersion, RxeChange};
+use course::say;
+use course::show;
+use course::{connected_pair, expect, wait_for_err};
 use lab::{
     AccessFlags, CompletionQueue, Context, QpState, RecvWr, SendWr, WcStatus, WorkCompletion,
 };
@@ -60,15 +64,10 @@ struct Args {}
 fn main() -> ExitCode {
     // clap: `--help`, and a clear message with exit status 2 for any argument.
     Args::parse();
-    lab::course::exit_code_of("ch02-protection-domain", run())
+    course::exit_code_of("ch02-protection-domain", run())
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch02-protection-domain: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
-
-fn run() -> Res<()> {
+fn run() -> Result<()> {
     println!("ch02-protection-domain: protection domains as isolation boundaries");
     println!();
 
@@ -166,7 +165,7 @@ fn run() -> Res<()> {
     sender.post_send_one(SendWr::send(4, std::slice::from_ref(&foreign_sge)))?;
     let s = cq_s.wait_one(DEADLINE)?;
     report("sender", &s);
-    // The status depends on the kernel: rxe is part of it, and it changed (lab::kernel). On
+    // The status depends on the kernel: rxe is part of it, and it changed (course::kernel). On
     // Linux 6.1 the requester's own verdict reaches the CQ; from 6.4 on the QP is moved to
     // ERR first, and the failed WR is flushed like any other.
     let change = RxeChange::LocalErrorFlushed;
@@ -367,7 +366,7 @@ fn report(who: &str, wc: &WorkCompletion) {
 }
 
 /// True if no completion arrives on `cq` within `quiet`.
-fn nothing_arrives(cq: &CompletionQueue, quiet: Duration) -> Res<bool> {
+fn nothing_arrives(cq: &CompletionQueue, quiet: Duration) -> Result<bool> {
     let start = Instant::now();
     while start.elapsed() < quiet {
         if let Some(wc) = cq.poll_one()? {

@@ -6,10 +6,10 @@
 //!   teaches (the exact statuses, the errno, which QP went to ERR).
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
 use harness::testing::{lab_kernel, run_chapter};
 use harness::testing_cli::{prints_help, refuses_command_line};
-use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch02-protection-domain");
@@ -17,7 +17,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_ch02-protection-domain");
 #[test]
 fn chapter() {
     let t = run_chapter("ch02-protection-domain", EXE, &[]);
-    // Step 6's status depends on the lab's kernel (lab::kernel): before Linux 6.4 the snapshot
+    // Step 6's status depends on the lab's kernel (course::kernel): before Linux 6.4 the snapshot
     // is `e2e__chapter.snap`, from 6.4 on `e2e__chapter@linux-6.4.snap`.
     let release = lab_kernel(Topology::Loopback);
     let kernel = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));

@@ -28,16 +28,20 @@
 use clap::Parser;
 use std::io::Read;
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
-// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of lab::course.
+// Two QPs in RTS, and waiting for rxe to move a QP to ERR: the plumbing of the course crate.
 // `expect(ok, || message)` fails the chapter (exit status 1) when an observation is not the
 // expected one.
-use lab::course::{connected_pair, expect, wait_for_err};
-use lab::kernel::{KernelVersion, RxeChange};
-use lab::say;
-use lab::show::{self, Align, Table};
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and,
+// for classic mistakes, a hint).
+use course::Outcome as Result;
+use course::kernel::{KernelVersion, RxeChange};
+use course::say;
+use course::show::{self, Align, Table};
+use course::{connected_pair, expect, wait_for_err};
 use lab::{AccessFlags, Context, MemoryRegion, SendWr, WcStatus};
 
 /// Every wait ends by this deadline (generous: the lab may run under TCG).
@@ -75,16 +79,11 @@ fn main() -> ExitCode {
     } else {
         run()
     };
-    lab::course::exit_code_of("ch03-memory-regions", result)
+    course::exit_code_of("ch03-memory-regions", result)
 }
 
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch03-memory-regions: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
-
 /// Prints a failed verb's errno and lab's hint, and checks the errno is the expected one.
-fn report_refusal(e: &lab::Error, expected: i32) -> Res<()> {
+fn report_refusal(e: &lab::Error, expected: i32) -> Result<()> {
     let errno = e.errno();
     say!(
         "    refused: {}",
@@ -98,7 +97,7 @@ fn report_refusal(e: &lab::Error, expected: i32) -> Res<()> {
     })
 }
 
-fn run() -> Res<()> {
+fn run() -> Result<()> {
     println!("ch03-memory-regions: registering memory, access flags, lkey and rkey, memlock");
     println!();
 
@@ -146,7 +145,7 @@ fn run() -> Res<()> {
         mrs.push((role, mr));
     }
     print!("{t}");
-    // Which regions carry an rkey depends on the kernel rxe is part of (lab::kernel): from
+    // Which regions carry an rkey depends on the kernel rxe is part of (course::kernel): from
     // Linux 6.5 on every MR gets one, equal to its lkey; before, only MRs with a REMOTE_* flag.
     // Either way the access flags decide what a peer may do through it.
     let change = RxeChange::RkeyIsLkey;
@@ -353,7 +352,7 @@ fn rkey_cell(mr: &MemoryRegion) -> String {
 
 /// The child's role (`--memlock-child`): lower RLIMIT_MEMLOCK, then register too much and a
 /// little. Its output goes to the parent, which prints it indented.
-fn memlock_child() -> Res<()> {
+fn memlock_child() -> Result<()> {
     // Who are we? The parent started us as nobody if it was root; without CAP_IPC_LOCK the
     // kernel charges pinned pages to our limit.
     let has_ipc_lock = effective_caps()? & (1 << CAP_IPC_LOCK) != 0;
@@ -391,7 +390,7 @@ fn memlock_child() -> Res<()> {
 
 /// Runs this binary with `--memlock-child` (as nobody when `drop_to_nobody`), waits for it with
 /// a deadline, prints its output indented, and fails unless it exited 0.
-fn run_child(drop_to_nobody: bool) -> Res<()> {
+fn run_child(drop_to_nobody: bool) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(&exe);
@@ -434,21 +433,12 @@ fn run_child(drop_to_nobody: bool) -> Res<()> {
         }
         Err(e) => return Err(format!("cannot run {} as the child: {e}", exe.display()).into()),
     };
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if start.elapsed() > CHILD_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "the memlock child did not finish within {} s: killed it",
-                CHILD_DEADLINE.as_secs()
-            )
-            .into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let Some(status) = course::wait_or_kill(&mut child, CHILD_DEADLINE)? else {
+        return Err(format!(
+            "the memlock child did not finish within {} s: killed it",
+            CHILD_DEADLINE.as_secs()
+        )
+        .into());
     };
     let mut out = String::new();
     let mut err = String::new();
@@ -476,7 +466,7 @@ fn run_child(drop_to_nobody: bool) -> Res<()> {
 }
 
 /// The effective uid, from /proc/self/status (`Uid: real effective saved fs`).
-fn effective_uid() -> Res<u32> {
+fn effective_uid() -> Result<u32> {
     status_field("Uid:")?
         .split_whitespace()
         .nth(1)
@@ -485,12 +475,12 @@ fn effective_uid() -> Res<u32> {
 }
 
 /// The effective capability set, from /proc/self/status (`CapEff: 000001ffffffffff`).
-fn effective_caps() -> Res<u64> {
+fn effective_caps() -> Result<u64> {
     let v = status_field("CapEff:")?;
     u64::from_str_radix(v.trim(), 16).map_err(|e| format!("CapEff: {e}").into())
 }
 
-fn status_field(name: &str) -> Res<String> {
+fn status_field(name: &str) -> Result<String> {
     let s = std::fs::read_to_string("/proc/self/status")?;
     s.lines()
         .find_map(|l| l.strip_prefix(name).map(str::to_string))

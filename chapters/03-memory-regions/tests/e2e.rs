@@ -8,10 +8,10 @@
 //!   the unprivileged child under a 64 KiB memlock limit 1 MiB is ENOMEM while 32 KiB fits.
 //! - `bad_command_line`: runs the binary on the host; no device needed.
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
 use harness::testing::{lab_kernel, run_chapter};
 use harness::testing_cli::{prints_help, refuses_command_line};
-use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch03-memory-regions");
@@ -19,7 +19,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_ch03-memory-regions");
 #[test]
 fn chapter() {
     let t = run_chapter("ch03-memory-regions", EXE, &[]);
-    // Which regions carry an rkey depends on the lab's kernel (lab::kernel): from Linux 6.5 on
+    // Which regions carry an rkey depends on the lab's kernel (course::kernel): from Linux 6.5 on
     // every MR has one (`e2e__chapter@linux-6.5.snap`).
     let release = lab_kernel(Topology::Loopback);
     let kernel = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));

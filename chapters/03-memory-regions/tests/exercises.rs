@@ -8,10 +8,10 @@
 //!   fails naming the step still to write, planted wrong ones (no REMOTE_WRITE; REMOTE_WRITE
 //!   without LOCAL_WRITE) fail with what rxe gives, the reference solution passes.
 
+use course::connected_pair;
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
-use lab::course::connected_pair;
 use lab::{AccessFlags, Context, MemoryRegion, ProtectionDomain, SendWr, WcStatus};
 use std::time::Duration;
 

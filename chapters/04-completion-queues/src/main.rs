@@ -51,7 +51,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use lab::show;
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch04-completion-queues: error: ` (lab's errors name the verb, the errno
+// and, for classic mistakes, a hint).
+use course::Outcome as Result;
+use course::show;
 use lab::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, CpuTime, Error, InitAttr,
     MemoryRegion, QpInitAttr, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus,
@@ -88,13 +92,8 @@ fn window(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    lab::course::exit_code_of("ch04-completion-queues", run(&args))
+    course::exit_code_of("ch04-completion-queues", run(&args))
 }
-
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch04-completion-queues: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
 
 /// The send queue's size, and so the largest window.
 const MAX_WINDOW: usize = 64;
@@ -130,7 +129,7 @@ struct Rig {
     mr: MemoryRegion,
 }
 
-fn run(args: &Args) -> Res<()> {
+fn run(args: &Args) -> Result<()> {
     println!("ch04-completion-queues: busy polling vs completion events");
     println!();
 
@@ -389,7 +388,7 @@ fn cost_line(c: &Cost) -> String {
 
 /// Posts one signaled RDMA WRITE per id in `ids` (as one chain: one `ibv_post_send`), from A's
 /// source bytes into B's target area (slot `id % 16`).
-fn post_writes(rig: &Rig, ids: std::ops::Range<u64>) -> Res<()> {
+fn post_writes(rig: &Rig, ids: std::ops::Range<u64>) -> Result<()> {
     let src = [rig.mr.sge(SRC..SRC + MSG)];
     let target = rig.mr.addr() + TARGET as u64;
     let mut wrs: Vec<SendWr<'_>> = ids
@@ -403,7 +402,7 @@ fn post_writes(rig: &Rig, ids: std::ops::Range<u64>) -> Res<()> {
 }
 
 /// Checks one completion of A's traffic: success, the right opcode, the expected wr_id.
-fn check_wc(wc: &WorkCompletion, want_id: u64, op: WcOpcode) -> Res<()> {
+fn check_wc(wc: &WorkCompletion, want_id: u64, op: WcOpcode) -> Result<()> {
     if wc.status != WcStatus::Success {
         // WorkCompletion::ok turns it into an error that explains the status.
         wc.ok()?;
@@ -418,7 +417,7 @@ fn check_wc(wc: &WorkCompletion, want_id: u64, op: WcOpcode) -> Res<()> {
     Ok(())
 }
 
-fn check_in_order(wcs: &[WorkCompletion], first: u64, op: WcOpcode) -> Res<()> {
+fn check_in_order(wcs: &[WorkCompletion], first: u64, op: WcOpcode) -> Result<()> {
     for (i, wc) in wcs.iter().enumerate() {
         check_wc(wc, first + i as u64, op)?;
     }
@@ -426,7 +425,7 @@ fn check_in_order(wcs: &[WorkCompletion], first: u64, op: WcOpcode) -> Res<()> {
 }
 
 /// The WRITEs' bytes are in B's target area.
-fn check_target(mr: &MemoryRegion) -> Res<()> {
+fn check_target(mr: &MemoryRegion) -> Result<()> {
     let mut got = [0u8; MSG];
     mr.read_into(TARGET, &mut got)?;
     if got[..] != mr.as_slice()[SRC..SRC + MSG] {
@@ -436,7 +435,7 @@ fn check_target(mr: &MemoryRegion) -> Res<()> {
 }
 
 /// Watches `cq`'s channel for [`QUIET`] and fails if an event comes.
-fn expect_no_event(cq: &CompletionQueue, what: &str) -> Res<()> {
+fn expect_no_event(cq: &CompletionQueue, what: &str) -> Result<()> {
     match cq.get_event(QUIET) {
         Err(Error::EventTimeout { .. }) => Ok(()),
         Ok(ev) => {
@@ -449,7 +448,7 @@ fn expect_no_event(cq: &CompletionQueue, what: &str) -> Res<()> {
 
 /// Step 4: post up to `window` WRITEs, then spin on `ibv_poll_cq`, topping the window up as
 /// completions come in.
-fn busy_poll_writes(rig: &Rig, args: &Args) -> Res<Cost> {
+fn busy_poll_writes(rig: &Rig, args: &Args) -> Result<Cost> {
     let n = args.iters;
     let deadline = Instant::now() + WAIT + Duration::from_millis(20) * n as u32;
     let mut wcs = [WorkCompletion::default(); 16];
@@ -507,7 +506,7 @@ fn busy_poll_writes(rig: &Rig, args: &Args) -> Res<Cost> {
 /// 4. re-arm **before** draining: a completion that lands after the drain then raises a new
 ///    event; re-arming after the drain would leave a window in which it raises none (step 6);
 /// 5. drain with `ibv_poll_cq` until it returns 0, handling every completion.
-fn event_loop_writes(rig: &Rig, args: &Args) -> Res<Cost> {
+fn event_loop_writes(rig: &Rig, args: &Args) -> Result<Cost> {
     let n = args.iters;
     let deadline = Instant::now() + WAIT + Duration::from_millis(20) * n as u32;
     let mut wcs = [WorkCompletion::default(); 16];
@@ -580,7 +579,7 @@ fn event_loop_writes(rig: &Rig, args: &Args) -> Res<Cost> {
 /// RC guarantees more than "A's SEND is done" here: rxe's responder writes B's receive
 /// completion *before* it sends the ACK that completes A's SEND. So when A's completion is in,
 /// B's receive completion is already in B's CQ.
-fn send_and_wait(rig: &Rig, wr_id: u64, solicited: bool) -> Res<()> {
+fn send_and_wait(rig: &Rig, wr_id: u64, solicited: bool) -> Result<()> {
     let src = [rig.mr.sge(SRC..SRC + MSG)];
     let mut wr = SendWr::send(wr_id, &src);
     if solicited {
@@ -593,7 +592,7 @@ fn send_and_wait(rig: &Rig, wr_id: u64, solicited: bool) -> Res<()> {
 }
 
 /// B posts receive buffers for `ids` (slot `id % 16` of the receive area).
-fn post_recvs(rig: &Rig, ids: std::ops::Range<u64>) -> Res<()> {
+fn post_recvs(rig: &Rig, ids: std::ops::Range<u64>) -> Result<()> {
     let sges: Vec<[lab::Sge; 1]> = ids
         .clone()
         .map(|id| {
@@ -607,7 +606,7 @@ fn post_recvs(rig: &Rig, ids: std::ops::Range<u64>) -> Res<()> {
 }
 
 /// Drains exactly `count` receive completions from B's CQ, checking them.
-fn drain_recvs(rig: &Rig, first: u64, count: usize) -> Res<()> {
+fn drain_recvs(rig: &Rig, first: u64, count: usize) -> Result<()> {
     let mut wcs = vec![WorkCompletion::default(); count];
     rig.rcq
         .poll_exact_for(&mut wcs, WAIT, "B's receive completions")?;
@@ -625,7 +624,7 @@ fn drain_recvs(rig: &Rig, first: u64, count: usize) -> Res<()> {
 }
 
 /// Step 6.
-fn lost_wakeup(rig: &Rig) -> Res<()> {
+fn lost_wakeup(rig: &Rig) -> Result<()> {
     // B's receive CQ has never been armed. A SEND arrives and completes B's RECV: its CQE sits
     // in B's CQ, and no event is raised (nobody asked for one).
     post_recvs(rig, 100..101)?;
@@ -663,7 +662,7 @@ fn lost_wakeup(rig: &Rig) -> Res<()> {
 }
 
 /// Step 7.
-fn solicited_only(rig: &Rig) -> Res<()> {
+fn solicited_only(rig: &Rig) -> Result<()> {
     // B's CQ is disarmed now (the last event disarmed it). Arm it for solicited completions
     // only: ibv_req_notify_cq(cq, 1). (Only because it is disarmed: see the end of this step.)
     post_recvs(rig, 110..113)?;
@@ -707,7 +706,7 @@ fn solicited_only(rig: &Rig) -> Res<()> {
 }
 
 /// Step 10.
-fn teardown(rig: Rig) -> Res<()> {
+fn teardown(rig: Rig) -> Result<()> {
     let Rig {
         qa,
         qb,

@@ -9,10 +9,10 @@
 //!   fails naming the step still to write, planted wrong ones (sleeping without draining;
 //!   busy polling) fail with what rxe gives, the reference solution passes.
 
+use course::connected_pair;
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
-use lab::course::connected_pair;
 use lab::{AccessFlags, CompletionQueue, Context, SendWr, WcStatus, WorkCompletion};
 use std::time::Duration;
 

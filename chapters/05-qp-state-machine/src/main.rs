@@ -42,7 +42,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use std::time::{Duration, Instant};
 
-use lab::show;
+// Every step returns `Result` (the course's `Outcome`): a value, or a `Failure` whose message
+// `main` prints after `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and,
+// for classic mistakes, a hint).
+use course::Outcome as Result;
+use course::show;
 use lab::{
     AccessFlags, AddressVector, CompletionQueue, Context, Error, InitAttr, QpAttr, QpInitAttr,
     QpState, QpTypeState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus,
@@ -61,13 +65,8 @@ struct Args {}
 fn main() -> ExitCode {
     // clap: `--help`, and a clear message with exit status 2 for any argument.
     Args::parse();
-    lab::course::exit_code_of("ch05-qp-state-machine", run())
+    course::exit_code_of("ch05-qp-state-machine", run())
 }
-
-/// Every step returns `Res`: a value, or a `Failure` whose message `main` prints after
-/// `ch05-qp-state-machine: error: ` (lab's errors name the verb, the errno and, for classic
-/// mistakes, a hint).
-type Res<T> = lab::course::Outcome<T>;
 
 /// First PSNs of A and B (any 24-bit values), and the new ones after the reset in step 10.
 const PSN_A: u32 = 0x00a000;
@@ -87,7 +86,7 @@ const WAIT: Duration = Duration::from_secs(10);
 /// millisecond here, so silence this long means "it did not go out".
 const QUIET: Duration = Duration::from_millis(300);
 
-fn run() -> Res<()> {
+fn run() -> Result<()> {
     println!("ch05-qp-state-machine: RESET -> INIT -> RTR -> RTS, and what breaks it");
     println!();
 
@@ -445,12 +444,12 @@ fn errno(e: &Error) -> String {
 }
 
 /// The state `ibv_query_qp` reports.
-fn state_of<S: QpTypeState>(qp: &QueuePair<S>) -> Res<QpState> {
+fn state_of<S: QpTypeState>(qp: &QueuePair<S>) -> Result<QpState> {
     Ok(qp.query()?.state)
 }
 
 /// "ibv_query_qp: A is INIT", checking that the QP is where its type says.
-fn print_state<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Res<()> {
+fn print_state<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Result<()> {
     let s = state_of(qp)?;
     println!("  ibv_query_qp: {name} is {s}");
     if s != qp.typestate() {
@@ -460,7 +459,7 @@ fn print_state<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Res<()> {
 }
 
 /// The state, and what RTR set, read back with `ibv_query_qp`.
-fn print_rtr<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Res<()> {
+fn print_rtr<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Result<()> {
     print_state(name, qp)?;
     let i = qp.query()?;
     println!(
@@ -475,7 +474,7 @@ fn print_rtr<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Res<()> {
 }
 
 /// The state, and what RTS set, read back with `ibv_query_qp`.
-fn print_rts<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Res<()> {
+fn print_rts<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Result<()> {
     print_state(name, qp)?;
     let i = qp.query()?;
     println!(
@@ -491,7 +490,7 @@ fn print_rts<S: QpTypeState>(name: &str, qp: &QueuePair<S>) -> Res<()> {
 
 /// Sends `attr` with the raw `ibv_modify_qp` and expects `EINVAL (22)`; prints the call, its
 /// errno and lab's explanation (from its transition table).
-fn expect_einval<S: QpTypeState>(name: &str, qp: &QueuePair<S>, attr: &QpAttr) -> Res<()> {
+fn expect_einval<S: QpTypeState>(name: &str, qp: &QueuePair<S>, attr: &QpAttr) -> Result<()> {
     let to = attr.target_state().unwrap_or(QpState::Reset);
     println!(
         "  ibv_modify_qp({name}, {} -> {to}, mask {})",
@@ -520,7 +519,7 @@ fn expect_einval<S: QpTypeState>(name: &str, qp: &QueuePair<S>, attr: &QpAttr) -
 }
 
 /// Watches both CQs for [`QUIET`]: nothing may complete.
-fn expect_quiet(cq_a: &CompletionQueue, cq_b: &CompletionQueue) -> Res<()> {
+fn expect_quiet(cq_a: &CompletionQueue, cq_b: &CompletionQueue) -> Result<()> {
     let until = Instant::now() + QUIET;
     while Instant::now() < until {
         if let Some(wc) = cq_a.poll_one()? {

@@ -51,9 +51,9 @@
 // error (the verb, the errno and a hint) into a Failure that starts with rc_pingpong's message
 // for the step; main prints it after `error: ` and exits 1.
 use clap::Parser;
-use lab::course::{Failure, OrFail, Outcome as Result};
-use lab::exchange::{PINGPONG_PORT, PingpongDest, PingpongListener, pingpong_client_exchange};
-use lab::show::{self, Side};
+use course::exchange::{PINGPONG_PORT, PingpongDest, PingpongListener, pingpong_client_exchange};
+use course::show::{self, Side};
+use course::{Failure, OrFail, Outcome as Result};
 use lab::{
     AccessFlags, AddressVector, CompletionChannel, CompletionQueue, Context, Gid, InitAttr,
     InlineSge, LinkLayer, MemoryRegion, Mtu, ProtectionDomain, QpAttr, QpInitAttr, QpState,
@@ -127,7 +127,7 @@ struct Opts {
 fn main() -> ExitCode {
     // clap prints a usage message and exits with status 2 on bad input (never a panic).
     let opts = Opts::parse();
-    lab::course::exit_code(run(&opts))
+    course::exit_code(run(&opts))
 }
 
 /// What a process needs for the ping-pong besides its QP: rc_pingpong's
@@ -150,7 +150,7 @@ fn run(o: &Opts) -> Result<()> {
     let gid_idx: Option<u8> = o.gid_idx.and_then(|g| g.0);
 
     // ---- init: rc_pingpong's pp_init_ctx --------------------------------------------------
-    let ctx = lab::course::open_device(o.ib_dev.as_deref()).or_fail("Couldn't get context")?;
+    let ctx = course::open_device(o.ib_dev.as_deref()).or_fail("Couldn't get context")?;
     let port = ctx
         .query_port(o.ib_port)
         .or_fail("Couldn't get port info")?;
@@ -286,7 +286,7 @@ fn run(o: &Opts) -> Result<()> {
         lid: port.lid,
         qpn: qp.qp_num(),
         // A random 24-bit starting PSN, as rc_pingpong draws one (`lrand48() & 0xffffff`).
-        psn: lab::course::random_psn(),
+        psn: course::random_psn(),
         gid: my_gid,
     };
     let connect = |qp: QueuePair<state::Init>, remote: &PingpongDest| {

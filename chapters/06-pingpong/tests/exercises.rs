@@ -13,10 +13,10 @@
 //!   tag converted to network order twice, and a receiver that trusts `imm_data` without the
 //!   flag.
 
+use course::connected_pair;
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
-use lab::course::connected_pair;
 use lab::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, QueuePair, RecvWr, SendWr, WcFlags,
     WcOpcode, WcStatus,

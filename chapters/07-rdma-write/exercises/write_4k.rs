@@ -17,7 +17,7 @@
 //! Check it: `cargo lab exercise check <id>` with the id 07-write-4k, or keep
 //! `cargo lab exercise watch` running (it checks again on every save).
 
-use lab::exchange::{Endpoint, RemoteRegion};
+use course::exchange::{Endpoint, RemoteRegion};
 use lab::{CompletionQueue, Gid, MemoryRegion, Mtu, QueuePair, RtrAttr, SendWr};
 use std::time::Duration;
 

@@ -30,7 +30,7 @@
 //!   ("the NIC only needs the address"). The local NIC cannot translate the address: the WRITE
 //!   fails, the QP goes to ERR and nothing goes on the wire. Its status depends on the kernel:
 //!   `IBV_WC_LOC_QP_OP_ERR (2)` before Linux 6.4 (not LOC_PROT_ERR), `IBV_WC_WR_FLUSH_ERR (5)`
-//!   from 6.4 on (`lab::kernel`).
+//!   from 6.4 on (`course::kernel`).
 //! * **reading `byte_len` of the WRITE's completion**: it is only defined for receive-side
 //!   completions (and READ/atomics). On rxe it happens to be filled, but nothing promises it:
 //!   the byte count the *target* can trust is in its `IBV_WC_RECV_RDMA_WITH_IMM` completion.
@@ -44,9 +44,9 @@
 // Errors, one style for every chapter: `.or_fail("cannot move the QP to RTR")` turns lab's
 // error (the verb, the errno and a hint) into a Failure; main prints it after `error: `.
 use clap::{Parser, ValueEnum};
-use lab::course::{Failure, OrFail, Outcome as Result, fnv1a32};
-use lab::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
-use lab::show;
+use course::exchange::{Endpoint, ExchangeError, LAB_PORT, Listener, OobStream, RemoteRegion};
+use course::show;
+use course::{Failure, OrFail, Outcome as Result, fnv1a32};
 use lab::{
     AccessFlags, CompletionQueue, Context, Gid, HintCode, InitAttr, MemoryRegion, QpAttr,
     QpInitAttr, QpState, QueuePair, RecvWr, RtrAttr, RtsAttr, SendWr, Sge, WcOpcode, WcStatus,
@@ -117,7 +117,7 @@ enum Mistake {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    lab::course::exit_code(match &o.connect {
+    course::exit_code(match &o.connect {
         Some(host) => client(&o, host),
         None => server(&o),
     })
@@ -134,7 +134,7 @@ struct Setup {
 }
 
 fn open(o: &Opts, role: &str, qp_access: AccessFlags) -> Result<Setup> {
-    let ctx = lab::course::open_device(o.ib_dev.as_deref()).or_fail("cannot open the device")?;
+    let ctx = course::open_device(o.ib_dev.as_deref()).or_fail("cannot open the device")?;
     let gid = match o.gid_idx {
         Some(i) => ctx.query_gid(o.ib_port, u32::from(i)),
         None => ctx.roce_v2_ipv4_gid(o.ib_port),
@@ -165,7 +165,7 @@ fn open(o: &Opts, role: &str, qp_access: AccessFlags) -> Result<Setup> {
         ctx,
         gid: gid.gid,
         // A random 24-bit starting PSN, as rc_pingpong draws one (`lrand48() & 0xffffff`).
-        psn: lab::course::random_psn(),
+        psn: course::random_psn(),
     })
 }
 
@@ -509,7 +509,7 @@ fn client(o: &Opts, host: &str) -> Result<()> {
         .wait_one(timeout)
         .or_fail("cannot wait for the WRITE's completion")?;
     if o.mistake == Some(Mistake::Lkey0) {
-        // The status depends on the kernel rxe is part of (lab::kernel::RxeChange): the
+        // The status depends on the kernel rxe is part of (course::kernel::RxeChange): the
         // requester's own LOC_QP_OP_ERR before Linux 6.4, a flush from 6.4 on.
         let flushed = if wc.status == WcStatus::WrFlushErr {
             "\n  note: from Linux 6.4 on, rxe moves the QP to ERR on a bad lkey and completes the \

@@ -8,10 +8,10 @@
 //! * `bad_flow_garbage_from_server`: a peer that does not speak the lab's exchange;
 //! * `bad_command_line`: refused before any device is touched (runs on the host).
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
 use harness::testing::{Role, lab_kernel, run_chapter, run_roles};
 use harness::testing_cli::refuses_command_line;
-use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 const PKG: &str = "ch07-rdma-write";
@@ -52,7 +52,7 @@ fn chapter() {
 )]
 fn mistake(#[case] name: &str, #[case] culprit: &str, #[case] evidence: &str) {
     let t = run_chapter(PKG, EXE, &["--mistake", name]);
-    // lkey0's status depends on the lab's kernel (lab::kernel): from Linux 6.4 on it is a
+    // lkey0's status depends on the lab's kernel (course::kernel): from Linux 6.4 on it is a
     // flush, with its own snapshot (`e2e__mistake@lkey0-linux-6.4.snap`).
     let change = RxeChange::LocalErrorFlushed;
     let release = lab_kernel(Topology::Loopback);

@@ -10,11 +10,11 @@
 //!   step 1, a planted path MTU of 256 fails naming the size of its packets on the wire, the
 //!   reference solution passes.
 
+use course::exchange::{Endpoint, Listener, OobStream};
 use harness::Node;
 use harness::exercises::{Impl, assert_fails_with, fail, panic_message, step};
 use harness::testing::{Role, run_roles_traced, wire_lab};
 use harness::wire::expect::Trace;
-use lab::exchange::{Endpoint, Listener, OobStream};
 use lab::{AccessFlags, Context, InitAttr, MemoryRegion, Mtu, QpInitAttr, RtrAttr, RtsAttr};
 use std::time::Duration;
 
@@ -51,7 +51,7 @@ fn endpoint(
     ctx: &Context,
     qpn: u32,
     psn: u32,
-    regions: Vec<lab::exchange::RemoteRegion>,
+    regions: Vec<course::exchange::RemoteRegion>,
 ) -> Endpoint {
     let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID");
     Endpoint {
@@ -123,7 +123,7 @@ fn client(which: &str) {
         &lab::QueuePair,
         &lab::CompletionQueue,
         &MemoryRegion,
-        &lab::exchange::RemoteRegion,
+        &course::exchange::RemoteRegion,
     ) -> lab::Result<()> = if which == "starter" {
         starter::write_all
     } else {

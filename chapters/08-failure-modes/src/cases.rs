@@ -19,11 +19,12 @@ pub mod skip_rtr;
 pub mod unregistered_lkey;
 pub mod wrong_gid_index;
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{Pair, R, must_wc};
+use crate::rig::{Pair, must_wc};
 
 /// The remote-error cases share one shape: B posts a "sentinel" RECV (an RDMA WRITE never
 /// consumes a RECV, so if it completes it was flushed: proof that B's QP went to ERR), A
@@ -34,7 +35,7 @@ pub(crate) fn write_must_fail(
     sentinel: &MemoryRegion,
     write: SendWr<'_>,
     want: WcStatus,
-) -> R<()> {
+) -> Result<()> {
     let dst = [sentinel.sge(0..64)];
     p.b.post_recv_one(RecvWr::new(100, &dst))?;
     p.a.post_send_one(write)?;

@@ -45,9 +45,9 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
 use contracts::failures::{CASES, FailureCase, Outcome};
-use lab::kernel::RxeChange;
+use course::Outcome as Result;
+use course::kernel::RxeChange;
 use report::Report;
-use rig::R;
 
 /// The code that runs each case of the table.
 ///
@@ -55,7 +55,7 @@ use rig::R;
 /// hint a failed verb carries, are one table, `contracts::failures::CASES` (the book draws
 /// its failure diagram from it; the unit tests below keep it, `docs/rxe-observed.md` and the
 /// summary snapshots equal).
-pub fn run_of(case: &FailureCase) -> Option<fn(&mut Report) -> R<()>> {
+pub fn run_of(case: &FailureCase) -> Option<fn(&mut Report) -> Result<()>> {
     Some(match case.name {
         "remote-access" => cases::remote_access::run,
         "bad-rkey" => cases::bad_rkey::run,
@@ -78,7 +78,7 @@ pub fn run_of(case: &FailureCase) -> Option<fn(&mut Report) -> R<()>> {
     })
 }
 
-/// Where rxe changed for a case: the change (lab::kernel) and what it produces where the
+/// Where rxe changed for a case: the change (course::kernel) and what it produces where the
 /// change holds.
 pub fn later(case: &FailureCase) -> Option<(RxeChange, Outcome)> {
     let (name, outcome) = case.later?;
@@ -259,14 +259,14 @@ fn main() -> ExitCode {
                 .map(|(i, c)| run_case(i, c))
                 .collect();
             println!("summary:");
-            let mut t = lab::show::Table::new([
-                ("case", lab::show::Align::Left),
-                ("what rxe produces", lab::show::Align::Left),
-                ("result", lab::show::Align::Left),
+            let mut t = course::show::Table::new([
+                ("case", course::show::Align::Left),
+                ("what rxe produces", course::show::Align::Left),
+                ("result", course::show::Align::Left),
             ])
             .indent(2);
-            // The outcome this kernel's rxe was checked against (lab::kernel).
-            let kernel = lab::kernel::KernelVersion::running().ok();
+            // The outcome this kernel's rxe was checked against (course::kernel).
+            let kernel = course::kernel::KernelVersion::running().ok();
             for (c, ok) in CASES.iter().zip(&results) {
                 let outcome = match (later(c), kernel) {
                     (Some((change, later)), Some(k)) if change.holds_on(k) => later,
@@ -303,7 +303,7 @@ fn main() -> ExitCode {
 }
 
 /// Ends a server/client role: an unexpected error is printed, and fails the run.
-fn run_role(r: R<bool>) -> bool {
+fn run_role(r: Result<bool>) -> bool {
     match r {
         Ok(ok) => ok,
         Err(e) => {
@@ -316,7 +316,7 @@ fn run_role(r: R<bool>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{CASES, later, run_of};
-    use lab::kernel::KernelVersion;
+    use course::kernel::KernelVersion;
     use lab::{Errno, WcStatus};
 
     /// The project's record of what rxe does: the table this chapter checks against.

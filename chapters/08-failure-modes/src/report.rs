@@ -8,7 +8,8 @@
 use std::fmt::Display;
 
 use contracts::failures::FailureCase;
-use lab::kernel::{KernelVersion, RxeChange};
+use course::Outcome as Result;
+use course::kernel::{KernelVersion, RxeChange};
 use lab::{Errno, Error, HintCode, WcStatus, WorkCompletion};
 
 /// "1 check", "5 checks".
@@ -48,10 +49,10 @@ impl Report {
         println!("step {}: {text}", self.step);
     }
 
-    /// Where rxe changed between kernels (lab::kernel): does this kernel follow the later
+    /// Where rxe changed between kernels (course::kernel): does this kernel follow the later
     /// record for `change`? Prints which record the next checks hold against, so a reader of
     /// the output knows which kernel's behaviour it shows.
-    pub fn record(&self, change: RxeChange) -> crate::rig::R<bool> {
+    pub fn record(&self, change: RxeChange) -> Result<bool> {
         let k = KernelVersion::running().map_err(|e| format!("which kernel rxe runs in: {e}"))?;
         println!(
             "  checked against: {} ({})",

@@ -6,12 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use lab::show;
+// What a case returns: `Err` is an *unexpected* failure (a verb that should have worked), in
+// the error style of every chapter (`course::Failure`).
+use course::Outcome as Result;
+use course::show;
 use lab::*;
-
-/// What a case returns: `Err` is an *unexpected* failure (a verb that should have worked),
-/// in the error style of every chapter (`lab::course::Failure`).
-pub type R<T> = lab::course::Outcome<T>;
 
 /// How long to wait for a completion that should come (it takes milliseconds; TCG and a busy
 /// machine can make that much longer).
@@ -38,7 +37,7 @@ pub struct Rig {
 
 impl Rig {
     /// Opens the device (`$LAB_DEVICE` or the first one) and allocates a PD.
-    pub fn open() -> R<Rig> {
+    pub fn open() -> Result<Rig> {
         let ctx = Context::open_default()?;
         let gid = ctx.roce_v2_ipv4_gid(1)?;
         let pd = ctx.alloc_pd()?;
@@ -91,7 +90,7 @@ pub struct Pair {
 
 impl Pair {
     /// Creates and connects A and B in `rig.pd` (RESET -> INIT -> RTR -> RTS on both).
-    pub fn connect(rig: &Rig, cfg: PairCfg) -> R<Pair> {
+    pub fn connect(rig: &Rig, cfg: PairCfg) -> Result<Pair> {
         let cq_a = rig.ctx.create_cq(cfg.a_cqe, None)?;
         let cq_b = rig.ctx.create_cq(cfg.b_cqe, None)?;
         let a = rig.pd.create_qp(
@@ -137,7 +136,7 @@ impl Pair {
 }
 
 /// Waits up to `timeout` for the next completion on `cq`; `None` if none came.
-pub fn wait_wc(cq: &CompletionQueue, timeout: Duration) -> R<Option<WorkCompletion>> {
+pub fn wait_wc(cq: &CompletionQueue, timeout: Duration) -> Result<Option<WorkCompletion>> {
     match cq.wait_one(timeout) {
         Ok(wc) => Ok(Some(wc)),
         Err(Error::CompletionTimeout { .. }) => Ok(None),
@@ -146,7 +145,7 @@ pub fn wait_wc(cq: &CompletionQueue, timeout: Duration) -> R<Option<WorkCompleti
 }
 
 /// Waits for the next completion, which must come: an unexpected silence is an error.
-pub fn must_wc(cq: &CompletionQueue, what: &str) -> R<WorkCompletion> {
+pub fn must_wc(cq: &CompletionQueue, what: &str) -> Result<WorkCompletion> {
     wait_wc(cq, SHOULD_COME)?.ok_or_else(|| {
         format!(
             "no completion for {what} within {:.3}s",
@@ -161,12 +160,12 @@ pub fn timed_wc(
     cq: &CompletionQueue,
     since: Instant,
     timeout: Duration,
-) -> R<Option<(WorkCompletion, Duration)>> {
+) -> Result<Option<(WorkCompletion, Duration)>> {
     Ok(wait_wc(cq, timeout)?.map(|wc| (wc, since.elapsed())))
 }
 
 /// Drains whatever is in `cq` now (after a short pause), returning it.
-pub fn drain(cq: &CompletionQueue, pause: Duration) -> R<Vec<WorkCompletion>> {
+pub fn drain(cq: &CompletionQueue, pause: Duration) -> Result<Vec<WorkCompletion>> {
     std::thread::sleep(pause);
     let mut out = Vec::new();
     while let Some(wc) = cq.poll_one()? {

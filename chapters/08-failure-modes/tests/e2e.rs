@@ -11,10 +11,10 @@
 
 use std::process::Command;
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::testing::{Role, lab_kernel, run_chapter, run_roles, run_roles_in, run_timeout};
 use harness::testing_cli::{prints_help, refuses_command_line};
 use harness::{Node, Topology};
-use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 const EXE: &str = env!("CARGO_BIN_EXE_ch08-failure-modes");
@@ -102,7 +102,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_ch08-failure-modes");
 )]
 fn case(#[case] name: &str, #[case] facts: &[&str]) {
     let t = run_roles(Topology::Loopback, vec![Role::new("run", [EXE, name])]);
-    // Four cases show where rxe changed after Linux 6.1 (lab::kernel, docs/rxe-observed.md "On
+    // Four cases show where rxe changed after Linux 6.1 (course::kernel, docs/rxe-observed.md "On
     // later kernels"): on a kernel with the change their snapshot is
     // `e2e__case@<name>-linux-<release of the change>.snap`, and their facts are the later ones.
     let kernel = loopback_kernel();
@@ -230,7 +230,7 @@ fn mtu_too_large_between_two_nodes() {
         let _g = harness::testing::lock(lab);
         run_roles_in(lab, &roles, run_timeout()).unwrap_or_else(|e| panic!("{e}"))
     };
-    // Before Linux 6.10 the oversized SEND hangs; from 6.10 on it fails (lab::kernel).
+    // Before Linux 6.10 the oversized SEND hangs; from 6.10 on it fails (course::kernel).
     let release = lab_kernel(Topology::Pair);
     let kernel = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));
     let change = RxeChange::XmitErrorFailsWr;

@@ -12,10 +12,10 @@
 //!   500 ms (A to ERR, B still RTS); after `recover`, a SEND into a posted receive succeeds.
 //!   Its dev check plants `rnr_retry` 7 and 6 and a `recover` that leaves A in ERR.
 
+use course::{connected_pair, wait_for_err};
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
-use lab::course::{connected_pair, wait_for_err};
 use lab::{
     AccessFlags, Context, Gid, InitAttr, QpInitAttr, QpState, QueuePair, RecvWr, RemoteRegion,
     RtrAttr, RtsAttr, SendWr, WcStatus,

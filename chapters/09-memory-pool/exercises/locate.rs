@@ -19,7 +19,7 @@
 //! Check it: `cargo lab exercise check <id>` with the id 09-locate, or keep
 //! `cargo lab exercise watch` running (it checks again on every save).
 
-use lab::exchange::RemoteRegion;
+use course::exchange::RemoteRegion;
 
 /// Where `len` bytes at `offset` in block `block` are: `(remote address, rkey)`, or `None`
 /// when they are not all inside that block.

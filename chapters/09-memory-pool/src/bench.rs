@@ -5,9 +5,10 @@ use std::time::Instant;
 use crate::client::{check_table, connect};
 use crate::cm::client_device;
 use crate::{Args, CONNECT, OP, block_content};
-use lab::course::Outcome as Result;
-use lab::show;
-use lab::{AccessFlags, RemotePool};
+use course::Outcome as Result;
+use course::RemotePool;
+use course::show;
+use lab::AccessFlags;
 
 pub(crate) fn bench_client(args: &Args, host: &str, iters: u32) -> Result<bool> {
     let size = args.block_size as usize;

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use crate::cm::{client_device, parse_table_data, resolved};
 use crate::{Args, CONNECT, OP, PSN, WINDOW, WORK, block_content, block_list, header_of, owner};
+use course::exchange::{Endpoint, OobStream};
+use course::show;
+use course::{AsyncPool, PoolOp, RemotePool, join_all};
+use course::{Failure, OrFail, Outcome as Result, expect, fnv1a64, framed};
 use lab::cm::{CmEvent, CmId, ConnParam, MAX_CONNECT_DATA};
-use lab::course::{Failure, OrFail, Outcome as Result, expect, fnv1a64, framed};
-use lab::exchange::{Endpoint, OobStream};
-use lab::show;
 use lab::{
-    AccessFlags, AsyncPool, Context, Error, PoolOp, QpInitAttr, QpState, QueuePair, RemotePool,
-    RemoteRegion, WcStatus, join_all, state,
+    AccessFlags, Context, Error, QpInitAttr, QpState, QueuePair, RemoteRegion, WcStatus, state,
 };
 
 /// A QP connected to the pool server, and what the server sent.
@@ -92,7 +92,7 @@ pub(crate) fn connect(
         gid: gid.gid.raw(),
         ..Default::default()
     };
-    let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+    let p = course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
     Ok(Connected {
         qp: p.qp,
         oob: p.oob,
@@ -242,7 +242,7 @@ pub(crate) fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
     // One process per client: copies of this program with `--client-index i`, each with its
     // own QP and its own blocks; then this process misbehaves on purpose.
-    lab::course::client_role(
+    course::client_role(
         k,
         "--client-index",
         WORK + CONNECT,

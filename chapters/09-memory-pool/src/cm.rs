@@ -4,10 +4,10 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::{Args, CONNECT, RESOLVE, TABLE_TAG};
+use course::exchange::{Endpoint, Listener};
+use course::show::{self, Align, Table};
+use course::{Failure, OrFail, Outcome as Result, Peer, Tagged, expect, unframed};
 use lab::cm::{CmEventType, CmId, ConnParam};
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect, unframed};
-use lab::exchange::{Endpoint, Listener};
-use lab::show::{self, Align, Table};
 use lab::{Context, QpInitAttr, RemoteRegion, state};
 
 /// The table as the accept's private data: tag, base address, block length, block count,
@@ -16,24 +16,22 @@ use lab::{Context, QpInitAttr, RemoteRegion, state};
 /// entries would need 16 bytes each: 11 of them would fit, which is why a bigger pool
 /// description would travel in a SEND or an RDMA READ after the connection.
 pub(crate) fn table_data(table: &[RemoteRegion]) -> Vec<u8> {
-    let mut v = TABLE_TAG.to_vec();
     let first = table.first().copied().unwrap_or_default();
-    v.extend_from_slice(&first.addr.to_be_bytes());
-    v.extend_from_slice(&(first.len as u32).to_be_bytes());
-    v.extend_from_slice(&(table.len() as u32).to_be_bytes());
-    v.extend_from_slice(&first.rkey.to_be_bytes());
-    v
+    Tagged::new(TABLE_TAG)
+        .u64(first.addr)
+        .u32(first.len as u32)
+        .u32(table.len() as u32)
+        .u32(first.rkey)
+        .into_bytes()
 }
 
 /// The table back from the private data (`None` if it holds none).
 pub(crate) fn parse_table_data(d: &[u8]) -> Option<Vec<RemoteRegion>> {
-    if d.len() < 24 || &d[..4] != TABLE_TAG {
-        return None;
-    }
-    let addr = u64::from_be_bytes(d[4..12].try_into().ok()?);
-    let len = u32::from_be_bytes(d[12..16].try_into().ok()?) as u64;
-    let blocks = u32::from_be_bytes(d[16..20].try_into().ok()?) as u64;
-    let rkey = u32::from_be_bytes(d[20..24].try_into().ok()?);
+    let mut n = Tagged::read(d, TABLE_TAG)?;
+    let addr = n.u64()?;
+    let len = u64::from(n.u32()?);
+    let blocks = u64::from(n.u32()?);
+    let rkey = n.u32()?;
     if blocks > 4096 {
         return None;
     }
@@ -64,7 +62,7 @@ pub(crate) fn cm_accept(
     let req = listener
         .get_request(CONNECT)
         .or_fail_with(|| format!("waiting for {what} (rdma_cm)"))?;
-    // The client's name, framed (`lab::course::framed`): the server always reads 56 bytes.
+    // The client's name, framed (`course::framed`): the server always reads 56 bytes.
     let name = unframed(&req.private_data)
         .map(|b| String::from_utf8_lossy(b).into_owned())
         .ok_or_else(|| Failure("a connection request without a name".into()))?;
@@ -97,7 +95,7 @@ pub(crate) fn cm_accept(
 /// new id resolved toward the server (address, then route), which [`connect`] then uses.
 pub(crate) fn client_device(args: &Args, host: &str) -> Result<(Context, Option<CmId>)> {
     if !args.cm {
-        return Ok((lab::course::open_device(None)?, None));
+        return Ok((course::open_device(None)?, None));
     }
     let given: IpAddr = host
         .parse()
@@ -105,7 +103,7 @@ pub(crate) fn client_device(args: &Args, host: &str) -> Result<(Context, Option<
     // 127.0.0.1 cannot be routed on RoCE (no RDMA device on `lo`): the server then shares our
     // device, so use our own rxe netdev's address (chapter 12 shows the error otherwise).
     let ip = if given.is_loopback() {
-        IpAddr::V4(lab::course::rxe_address()?)
+        IpAddr::V4(course::rxe_address()?)
     } else {
         given
     };

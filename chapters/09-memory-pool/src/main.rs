@@ -15,10 +15,10 @@
 //!   and in registration time (step 2 of the server);
 //! * the block table as the pool's "address space", and a client API that turns
 //!   `write(block, offset, data)` into one work request after a bounds check
-//!   (`lab::RemotePool` / `lab::AsyncPool`);
+//!   (`course::RemotePool` / `course::AsyncPool`);
 //! * several client processes writing disjoint blocks at the same time, then reading them back;
 //! * the completion-driven async form: every block's WRITE is in flight at once, each a future
-//!   that the completion channel wakes (`lab::AsyncPool`, `lab::join_all`);
+//!   that the completion channel wakes (`course::AsyncPool`, `course::join_all`);
 //! * what the API refuses before anything reaches the wire (a block or byte range outside the
 //!   table: a typed error, no work request posted), and what only the remote side can refuse
 //!   (a forged rkey: `IBV_WC_REM_ACCESS_ERR (10)`, our QP and the server's QP go to ERR, the
@@ -71,7 +71,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use lab::exchange::LAB_PORT;
+use course::exchange::LAB_PORT;
 
 mod bench;
 mod client;

@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::client::check_table;
 use crate::{Args, CONNECT, OP, WORK, block_content, header_of};
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect, fnv1a64, random_psn};
-use lab::exchange::{Endpoint, Listener};
-use lab::show;
-use lab::{
-    AccessFlags, Error, QpInitAttr, QpState, QueuePair, RemotePool, RemoteRegion, WcStatus, state,
-};
+use course::RemotePool;
+use course::exchange::{Endpoint, Listener};
+use course::show;
+use course::{Failure, Outcome as Result, Peer, expect, fnv1a64, random_psn};
+use lab::{AccessFlags, Error, QpInitAttr, QpState, QueuePair, WcStatus, state};
 
 /// The server role of `--case reconnect`: each server is a process of its own, so the first
 /// can be killed (SIGKILL, as a crash would) and a second one started in its place.
@@ -26,27 +25,18 @@ pub(crate) fn supervisor() -> Result<bool> {
             }
         );
         // stdout is inherited: the harness must see "listening on" while the server runs.
-        let mut child = lab::course::this_program_again(["--server-round", &n.to_string()])
-            .or_fail("cannot find our own executable")?
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .or_fail("starting a server process")?;
-        let Some(status) = lab::course::wait_or_kill(&mut child, WORK + CONNECT)
-            .or_fail("waiting for a server process")?
-        else {
-            return Err(format!(
-                "server {n} did not end within {} s: killed",
-                (WORK + CONNECT).as_secs()
-            )
-            .into());
-        };
+        let status = course::run_copy(
+            ["--server-round", &n.to_string()],
+            &format!("server {n}"),
+            WORK + CONNECT,
+        )?;
         match (n, status.signal(), status.code()) {
             (1, Some(9), _) => println!("supervisor: server 1 was killed by SIGKILL (9)"),
             (2, None, Some(0)) => println!("supervisor: server 2 exited with 0"),
             _ => return Err(format!("server {n} ended with {status}").into()),
         }
     }
-    lab::course::done(
+    course::done(
         true,
         "server 1 crashed, server 2 took over and found the block",
     );
@@ -57,7 +47,7 @@ pub(crate) fn supervisor() -> Result<bool> {
 /// connected by hand. Server 1 kills itself when the client asks; server 2 checks block 0.
 pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
     let (blocks, size) = (args.blocks as usize, args.block_size as usize);
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -68,13 +58,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
          bytes, one MR): {}",
         show::rkey(pool.rkey())
     );
-    let table: Vec<RemoteRegion> = (0..blocks)
-        .map(|i| RemoteRegion {
-            addr: pool.addr() + (i * size) as u64,
-            len: size as u64,
-            rkey: pool.rkey(),
-        })
-        .collect();
+    let table = course::pool::block_table(&pool, blocks, size);
     let cq = ctx.create_cq(16, None)?;
     let listener = Listener::bind(args.port)?;
     println!(
@@ -89,7 +73,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
         ..Default::default()
     };
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-    let mut peer = lab::course::accept_peer(&listener, qp, &me, "the client", CONNECT)?;
+    let mut peer = course::accept_peer(&listener, qp, &me, "the client", CONNECT)?;
     println!(
         "step 3: server {n}: connected by hand: our {} {}, the client's {} {}",
         show::qpn(peer.qp.qp_num()),
@@ -107,13 +91,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
              MR and sockets go with it)"
         );
         // SIGKILL, as a crash would: no destructor runs, the kernel cleans up.
-        let pid = std::process::id().to_string();
-        std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .or_fail("kill(1)")?;
-        std::thread::sleep(Duration::from_secs(5));
-        return Err("SIGKILL did not kill us".into());
+        return course::crash();
     }
     println!("step 4: server {n}: the client reported: {line}");
     let got = &pool.as_slice()[..size];
@@ -131,7 +109,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
 pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
     let size = args.block_size as usize;
     let data = block_content(0, args.clients, size);
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
@@ -155,7 +133,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
             ..Default::default()
         };
         let psn = mine.psn;
-        let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+        let p = course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
         check_table(&p.theirs.regions, args)?;
         Ok((p, psn))
     };
@@ -223,7 +201,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
         }
     }
     let (qp, cq, staging) = pool.into_parts();
-    let st = lab::course::wait_for_err(&qp, Duration::from_secs(2))?;
+    let st = course::wait_for_err(&qp, Duration::from_secs(2))?;
     println!("  our QP is now {st}: nothing more can be posted on this connection");
     ok &= st == QpState::Err;
 
@@ -281,7 +259,7 @@ pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
         if same { "matches" } else { "DIFFERS" }
     );
     oob.send_line("done: block 0 written again after the reconnect", OP)?;
-    lab::course::done(
+    course::done(
         ok,
         "the server's death was seen, the QP reset and connected again by hand, the work \
          carried on",

@@ -8,12 +8,12 @@ use std::time::Instant;
 use crate::cm::{cm_accept, print_table, table_data};
 use crate::{Args, CONNECT, OP, PSN, WORK, block_content, header_of};
 use lab::cm::CmId;
-// Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
+// Errors, one style for every chapter (the course crate): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
-use lab::course::{OrFail, Outcome as Result, Peer, fnv1a64};
-use lab::exchange::{Endpoint, Listener};
-use lab::show;
-use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState, RemoteRegion};
+use course::exchange::{Endpoint, Listener};
+use course::show;
+use course::{OrFail, Outcome as Result, Peer, fnv1a64};
+use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState};
 
 pub(crate) fn server(args: &Args) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as usize);
@@ -25,7 +25,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     // own open device: so the listener is made first (bound to the rxe netdev's address, it
     // has a device), and the PD, the CQ and the pool's MR are made on its context.
     let cm_listener = if args.cm {
-        let ip = lab::course::rxe_address()?;
+        let ip = course::rxe_address()?;
         let id = CmId::new()?;
         id.listen(SocketAddr::new(IpAddr::V4(ip), args.port), 32)
             .or_fail("rdma_cm listen")?;
@@ -35,7 +35,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     };
     let ctx = match &cm_listener {
         Some(id) => id.context()?,
-        None => lab::course::open_device(None)?,
+        None => course::open_device(None)?,
     };
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
@@ -83,13 +83,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     );
 
     println!("step 3: the block table the clients get: (addr, len, rkey) per block");
-    let table: Vec<RemoteRegion> = (0..n)
-        .map(|i| RemoteRegion {
-            addr: pool.addr() + (i * size) as u64,
-            len: size as u64,
-            rkey: pool.rkey(),
-        })
-        .collect();
+    let table = course::pool::block_table(&pool, n, size);
     print_table(&table);
     pool.as_mut_slice().fill(0);
 
@@ -129,24 +123,14 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
             Some(id) => cm_accept(id, &pd, &cq, &listener, &table_data(&table), what),
             None => {
                 let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-                lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+                course::accept_peer(&listener, qp, &me, what, CONNECT)
             }
         }
     };
 
     println!("step 5: accept the clients, in whatever order they come");
-    let mut conns: Vec<Peer> = (0..workers)
-        .map(|i| accept(&format!("client {} of {workers}", i + 1)))
-        .collect::<Result<_>>()?;
-    // They connect in a racy order: print them sorted, so the output is the same every run.
-    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
-    for c in &conns {
-        println!(
-            "  {} connected: our {}",
-            c.theirs.name,
-            show::qpn(c.qp.qp_num())
-        );
-    }
+    // They connect in a racy order: printed sorted, so the output is the same every run.
+    let mut conns = course::accept_clients(workers, accept)?;
 
     println!("step 6: tell every client \"go\", then wait for each one's \"done\"");
     // From here the clients write and read the pool with one-sided operations. This process
@@ -232,7 +216,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     let n_wc = cq.poll_into(&mut wcs)?;
     println!("  our completion queue still holds {n_wc} completions");
     ok &= n_wc == 0;
-    lab::course::done(
+    course::done(
         ok,
         "every block verified; no work request or completion here: this node's kernel (rxe) \
          served the transfers",

@@ -10,11 +10,11 @@
 //!   step 1, a planted check against the pool's end fails showing the bytes rxe wrote into the
 //!   next block, a planted `<` that refuses an exact fit fails, the reference solution passes.
 
+use course::connected_pair;
+use course::exchange::RemoteRegion;
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
-use lab::course::connected_pair;
-use lab::exchange::RemoteRegion;
 use lab::{AccessFlags, Context, SendWr, WcStatus};
 use std::time::Duration;
 

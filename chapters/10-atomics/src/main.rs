@@ -42,13 +42,14 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-// Errors, one style for every chapter (lab::course): `.or_fail("what we were doing")` and
+// Errors, one style for every chapter (the course crate): `.or_fail("what we were doing")` and
 // `expect(condition, || message)` make a Failure; main prints it and exits 1.
 use clap::Parser;
-use lab::course::{Failure, OrFail, Outcome as Result, Peer, expect};
-use lab::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
-use lab::show::{self, Align, Table};
-use lab::{AccessFlags, QpInitAttr, QpState, RemotePool, RemoteRegion, Verb};
+use course::RemotePool;
+use course::exchange::{Endpoint, LAB_PORT, Listener, OobStream};
+use course::show::{self, Align, Table};
+use course::{Failure, OrFail, Outcome as Result, Peer, expect};
+use lab::{AccessFlags, QpInitAttr, QpState, Verb};
 
 const PSN: u32 = 0x000200;
 const CONNECT: Duration = Duration::from_secs(60);
@@ -143,7 +144,7 @@ fn server(args: &Args) -> Result<bool> {
     let (k, m) = (args.clients as usize, args.iters as u64);
 
     println!("step 1: open the device; can it do atomics?");
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let dev = ctx.query_device()?;
@@ -168,13 +169,7 @@ fn server(args: &Args) -> Result<bool> {
         | AccessFlags::REMOTE_ATOMIC;
     let mut pool = pd.reg_mr(4 * BLOCK, access)?;
     pool.as_mut_slice().fill(0);
-    let table: Vec<RemoteRegion> = (0..4)
-        .map(|i| RemoteRegion {
-            addr: pool.addr() + (i * BLOCK) as u64,
-            len: BLOCK as u64,
-            rkey: pool.rkey(),
-        })
-        .collect();
+    let table = course::pool::block_table(&pool, 4, BLOCK);
     let mut t = Table::new([
         ("block", Align::Right),
         ("holds", Align::Left),
@@ -208,19 +203,9 @@ fn server(args: &Args) -> Result<bool> {
     };
     let accept = |what: &str| -> Result<Peer> {
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-        lab::course::accept_peer(&listener, qp, &me, what, CONNECT)
+        course::accept_peer(&listener, qp, &me, what, CONNECT)
     };
-    let mut conns: Vec<Peer> = (0..k)
-        .map(|i| accept(&format!("client {} of {k}", i + 1)))
-        .collect::<Result<_>>()?;
-    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
-    for c in &conns {
-        println!(
-            "  {} connected: our {}",
-            c.theirs.name,
-            show::qpn(c.qp.qp_num())
-        );
-    }
+    let mut conns = course::accept_clients(k, accept)?;
 
     println!("step 4: run the three phases; each starts when every client is ready for it");
     // The barriers are TCP lines: they only line the clients up so they really overlap.
@@ -353,7 +338,7 @@ fn server(args: &Args) -> Result<bool> {
     let n_wc = cq.poll_into(&mut wcs)?;
     ok &= n_wc == 0;
     println!("  our completion queue holds {n_wc} completions (the device did all the work)");
-    lab::course::done(ok, "the counter and the locked record are exact");
+    course::done(ok, "the counter and the locked record are exact");
     Ok(ok)
 }
 
@@ -362,7 +347,7 @@ fn server(args: &Args) -> Result<bool> {
 
 /// A blocking pool client connected to the server (the chapter 09 connection, condensed).
 fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream, u32)> {
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
@@ -373,7 +358,7 @@ fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream
         gid: gid.gid.raw(),
         ..Default::default()
     };
-    let p = lab::course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
+    let p = course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
     let (qp, oob, srv) = (p.qp, p.oob, p.theirs);
     expect(
         srv.regions.len() == 4 && srv.regions.iter().all(|b| b.len == BLOCK as u64),
@@ -476,7 +461,7 @@ fn clients(args: &Args, host: &str) -> Result<bool> {
     let k = args.clients;
     // One process per client: copies of this program with `--client-index i`; then this
     // process posts a misaligned atomic on purpose.
-    lab::course::client_role(
+    course::client_role(
         k,
         "--client-index",
         WORK + CONNECT,

@@ -18,10 +18,10 @@
 //! The count is of CAS completions (their old value equal to `compare`), not of packets on a
 //! wire: the loopback lab records no trace.
 
+use course::connected_pair;
 use harness::Topology;
 use harness::exercises::{Impl, assert_fails_with, fail, step};
 use harness::testing::in_lab;
-use lab::course::connected_pair;
 use lab::{
     AccessFlags, CompletionQueue, Context, Gid, MemoryRegion, ProtectionDomain, QueuePair,
     RemoteRegion, SendWr,

@@ -60,7 +60,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use lab::exchange::LAB_PORT;
+use course::exchange::LAB_PORT;
 
 /// Deadlines: the lab runs under emulation (TCG), so be generous, but never wait forever.
 pub const CONNECT: Duration = Duration::from_secs(60);
@@ -120,8 +120,8 @@ fn main() -> ExitCode {
         Some(host) => client::run(&args, host),
     };
     // A count that is not as predicted is a failure (exit status 1), not only a line.
-    lab::course::exit_code(result.and_then(|ok| {
-        lab::course::expect(ok, || {
+    course::exit_code(result.and_then(|ok| {
+        course::expect(ok, || {
             "a count was not as predicted (the lines marked \"not as predicted\" above)".into()
         })
     }))

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use lab::course::{OrFail, Outcome as Result};
+use course::{OrFail, Outcome as Result};
 use plotters::prelude::*;
 
 use crate::client::{BatchRate, Results};

@@ -7,8 +7,8 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::exchange::{Endpoint, Listener, OobStream};
+use course::exchange::{Endpoint, Listener, OobStream};
+use course::{OrFail, Outcome as Result, expect};
 use lab::{AccessFlags, InitAttr, MemoryRegion, Mtu, RecvWr, RemoteRegion, SendWr, WorkCompletion};
 
 use crate::protocol::{Reply, Request};
@@ -20,7 +20,7 @@ use crate::{Args, BUF, CONNECT, MAX_MSG, OP, PSN, tools};
 
 pub fn run(args: &Args) -> Result<bool> {
     println!("step 1: open the device, register a {BUF}-byte buffer the client may write and read");
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let pd = ctx.alloc_pd()?;
     let mut mr = pd.reg_mr(
         BUF,
@@ -48,7 +48,7 @@ pub fn run(args: &Args) -> Result<bool> {
     let mut oob = listener.accept(CONNECT).or_fail("waiting for the client")?;
     println!("step 3: serve the client's requests until it says \"bye\"");
     let mut conns: HashMap<u32, Conn> = HashMap::new();
-    let mut tool: Option<lab::process::Running> = None;
+    let mut tool: Option<course::process::Running> = None;
     let mut served: Vec<&'static str> = vec![];
     loop {
         let line = oob
@@ -197,13 +197,13 @@ pub fn run(args: &Args) -> Result<bool> {
     let restored = mtu_of(&dev)?;
     println!("step 4: the client is done; {dev}'s MTU is {restored} again (as found)");
     let ok = restored == mtu0;
-    lab::course::done(ok, "served every request");
+    course::done(ok, "served every request");
     Ok(ok)
 }
 
 /// Starts a reference tool's server half, ready when its port listens (never a sleep); a tool
 /// that dies first is an error with its output.
-fn start_tool(argv: &[String]) -> Result<lab::process::Running> {
+fn start_tool(argv: &[String]) -> Result<course::process::Running> {
     let port = tools::listen_port(&argv[0]).ok_or_else(|| format!("unknown tool {:?}", argv[0]))?;
     expect(!tools::listening(port), || {
         format!("port {port} is busy before starting {}", argv[0])
@@ -213,7 +213,7 @@ fn start_tool(argv: &[String]) -> Result<lab::process::Running> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = lab::process::Running::spawn(cmd)
+    let mut child = course::process::Running::spawn(cmd)
         .or_fail_with(|| format!("starting {}", argv.join(" ")))?;
     let start = Instant::now();
     while !tools::listening(port) {

@@ -5,8 +5,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::exchange::{Endpoint, OobStream};
+use course::exchange::{Endpoint, OobStream};
+use course::{OrFail, Outcome as Result, expect};
 use lab::{
     CompletionQueue, Context, Gid, InitAttr, MemoryRegion, Mtu, ProtectionDomain, QpInitAttr,
     QueuePair, RemoteRegion, RtrAttr, RtsAttr, SendWr, WorkCompletion,

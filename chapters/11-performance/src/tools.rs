@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::process::Running;
+use course::process::Running;
 
 /// One figure a tool reported: a latency (one-way, in ns) or a rate (bytes per second).
 #[derive(Debug, Clone, PartialEq)]

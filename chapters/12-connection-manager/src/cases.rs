@@ -4,9 +4,9 @@
 use crate::client::{connect, peer_killed, write_read};
 use crate::conn::{Conn, Region, established, parse_region, print_qp};
 use crate::{HELLO, Opts, REGION_LEN, RESOLVE, timeout};
+use course::show;
+use course::{Failure, OrFail, Outcome as Result, expect, framed};
 use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
-use lab::course::{Failure, OrFail, Outcome as Result, expect, framed};
-use lab::show;
 use lab::{AccessFlags, QpAttr, QpInitAttr, QpState};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -44,7 +44,7 @@ pub(crate) fn unreachable_case(dst: SocketAddr) -> Result {
     expect(took <= deadline, || {
         format!("took {took:?}, beyond the deadline")
     })?;
-    lab::course::done(true, "the address error came within the deadline");
+    course::done(true, "the address error came within the deadline");
     Ok(())
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn localhost_case(dst: SocketAddr) -> Result {
             })?;
         }
     }
-    lab::course::done(true, "127.0.0.1 is not routable on RoCE, as expected");
+    course::done(true, "127.0.0.1 is not routable on RoCE, as expected");
     Ok(())
 }
 
@@ -141,7 +141,7 @@ pub(crate) fn reconnect_case(o: &Opts, dst: SocketAddr) -> Result {
     c.id.expect_event(CmEventType::Disconnected, t)
         .or_fail("waiting for DISCONNECTED")?;
     println!("step 15: {role}: disconnected cleanly");
-    lab::course::done(true, "reset, reconnected through rdma_cm and carried on");
+    course::done(true, "reset, reconnected through rdma_cm and carried on");
     Ok(())
 }
 

@@ -9,9 +9,9 @@ use crate::conn::{
 };
 use crate::rping::rping_client;
 use crate::{Case, HELLO, MSG, Opts, Proto, READ_BACK, REGION_LEN, REJECT, RESOLVE, timeout};
+use course::show;
+use course::{Failure, OrFail, Outcome as Result, expect, framed, unframed};
 use lab::cm::{CmEvent, CmEventType, CmId, ConnParam, MAX_CONNECT_DATA};
-use lab::course::{Failure, OrFail, Outcome as Result, expect, framed, unframed};
-use lab::show;
 use lab::{SendWr, state};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -23,12 +23,12 @@ pub(crate) fn client(o: &Opts, host: &str) -> Result {
     let ip = match o.case {
         Some(Case::Localhost) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         Some(Case::Unreachable) => {
-            let [a, b, c, _] = lab::course::rxe_address()?.octets();
+            let [a, b, c, _] = course::rxe_address()?.octets();
             IpAddr::V4(Ipv4Addr::new(a, b, c, 77))
         }
         // Printed the same either way, so the transcript is the same on every provider (the
         // native provider's pair hands the client 127.0.0.1: both nodes are one device).
-        _ if given.is_loopback() => IpAddr::V4(lab::course::rxe_address()?),
+        _ if given.is_loopback() => IpAddr::V4(course::rxe_address()?),
         _ => given,
     };
     if o.case.is_none() {
@@ -182,7 +182,7 @@ pub(crate) fn connect(
                 }
                 _ => return Err(format!("rejected: {}", reason.name()).into()),
             }
-            lab::course::done(true, "the connection was refused exactly as expected");
+            course::done(true, "the connection was refused exactly as expected");
             Ok(None)
         }
         other => {
@@ -200,7 +200,7 @@ pub(crate) fn lab_session(o: &Opts, c: &mut Conn<state::Rts>, region: Region, st
     write_read(role, step, c, region, t)?;
     if o.case == Some(Case::PeerKilled) {
         return peer_killed(o, c, step + 1).map(|_| {
-            lab::course::done(true, "the peer's death was seen and our work flushed");
+            course::done(true, "the peer's death was seen and our work flushed");
         });
     }
     c.id.disconnect().or_fail("rdma_disconnect")?;
@@ -210,7 +210,7 @@ pub(crate) fn lab_session(o: &Opts, c: &mut Conn<state::Rts>, region: Region, st
             .or_fail("waiting for DISCONNECTED")?;
     println!("step {}: {role}: rdma_get_cm_event -> {ev}", step + 2);
     timewait(role, step + 3, &c.id, t)?;
-    lab::course::done(
+    course::done(
         true,
         "connected, wrote and read through rdma_cm, and disconnected cleanly",
     );
@@ -295,6 +295,6 @@ pub(crate) fn sendrecv_client(o: &Opts, mut c: Conn<state::Rts>) -> Result {
         c.id.expect_event(CmEventType::Disconnected, t)
             .or_fail("waiting for DISCONNECTED")?;
     println!("step 8: {role}: rdma_disconnect -> {ev}");
-    lab::course::done(true, "the messages went both ways");
+    course::done(true, "the messages went both ways");
     Ok(())
 }

@@ -4,10 +4,10 @@
 //! flush, TIMEWAIT_EXIT).
 
 use crate::{REGION_LEN, TAG};
+use course::kernel::RxeChange;
+use course::show;
+use course::{OrFail, Outcome as Result, Tagged, expect};
 use lab::cm::{CmEvent, CmEventType, CmId};
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::kernel::RxeChange;
-use lab::show;
 use lab::{
     AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QpInfo, QpInitAttr, QpState,
     QpTypeState, QueuePair, RecvWr, SendWr, WcStatus, WorkCompletion, state,
@@ -15,21 +15,16 @@ use lab::{
 use std::time::{Duration, Instant};
 
 pub(crate) fn region_data(mr: &MemoryRegion) -> Vec<u8> {
-    let mut v = TAG.to_vec();
-    v.extend_from_slice(&mr.addr().to_be_bytes());
-    v.extend_from_slice(&(REGION_LEN as u32).to_be_bytes());
-    v.extend_from_slice(&mr.rkey().to_be_bytes());
-    v
+    Tagged::new(TAG)
+        .u64(mr.addr())
+        .u32(REGION_LEN as u32)
+        .u32(mr.rkey())
+        .into_bytes()
 }
 
 pub(crate) fn parse_region(d: &[u8]) -> Option<(u64, u32, u32)> {
-    if d.len() < 20 || &d[..4] != TAG {
-        return None;
-    }
-    let addr = u64::from_be_bytes(d[4..12].try_into().ok()?);
-    let len = u32::from_be_bytes(d[12..16].try_into().ok()?);
-    let rkey = u32::from_be_bytes(d[16..20].try_into().ok()?);
-    Some((addr, len, rkey))
+    let mut n = Tagged::read(d, TAG)?;
+    Some((n.u64()?, n.u32()?, n.u32()?))
 }
 
 /// The server's region, from the private data of its accept.
@@ -98,7 +93,7 @@ pub(crate) fn print_qp(role: &str, step: u32, qp: &QueuePair<state::Rts>) -> Res
     );
     println!("  access {}", i.access);
     // Two of these come from the kernel's connection manager, and changed in Linux 6.2
-    // (lab::kernel::RxeChange): rdma_cm's RoCE packet lifetime, and the FLUSH rights.
+    // (course::kernel::RxeChange): rdma_cm's RoCE packet lifetime, and the FLUSH rights.
     let life = RxeChange::CmaPacketLifetime16;
     println!(
         "  timeout {t} (4.096 us x 2^{t} a try): rdma_cm's RoCE packet lifetime + 1; the \

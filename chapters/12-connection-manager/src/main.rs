@@ -132,7 +132,7 @@ enum Case {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    lab::course::exit_code(match (&o.connect, o.worker) {
+    course::exit_code(match (&o.connect, o.worker) {
         (Some(host), _) => client::client(&o, host),
         (None, Some(n)) => server::server(&o, n),
         (None, None) => match o.case {

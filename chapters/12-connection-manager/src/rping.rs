@@ -7,8 +7,8 @@ use crate::conn::{
 };
 use crate::server::accept;
 use crate::{Opts, timeout};
+use course::{Failure, OrFail, Outcome as Result, expect};
 use lab::cm::CmId;
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
 use lab::{SendWr, state};
 
 /// rping's `struct rping_rdma_info`: buf, rkey, size, in network byte order (16 bytes).
@@ -80,7 +80,7 @@ pub(crate) fn serve_rping(o: &Opts, role: &str, id: CmId) -> Result {
     c.id.disconnect().or_fail("rdma_disconnect")?;
     drain(role, 8, &c, 1, t)?;
     expect(pings > 0, || "no ping arrived".into())?;
-    lab::course::done(true, "the server side behaved as expected");
+    course::done(true, "the server side behaved as expected");
     Ok(())
 }
 
@@ -135,6 +135,6 @@ pub(crate) fn rping_client(o: &Opts, mut c: Conn<state::Rts>) -> Result {
     }
     c.id.disconnect().or_fail("rdma_disconnect")?;
     drain(role, 7, &c, 1, t)?;
-    lab::course::done(true, "every ping came back");
+    course::done(true, "every ping came back");
     Ok(())
 }

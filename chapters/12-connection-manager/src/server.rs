@@ -7,13 +7,12 @@ use crate::conn::{
 };
 use crate::rping::serve_rping;
 use crate::{Case, MSG, Opts, Proto, REGION_LEN, REJECT, timeout};
+use course::show;
+use course::{OrFail, Outcome as Result, expect, framed, unframed};
 use lab::cm::{CmEventType, CmId, ConnParam, MAX_REJECT_DATA};
-use lab::course::{OrFail, Outcome as Result, expect, framed, unframed};
-use lab::show;
 use lab::{RecvWr, SendWr, state};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::time::Duration;
 
 /// `--case peer-killed` and `--case reconnect`: the server runs as workers, each one process,
@@ -26,21 +25,13 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
     };
     for n in 1..=rounds {
         println!("supervisor: starting server worker {n}");
-        let mut child = lab::course::this_program_again(["--worker", &n.to_string()])
-            .or_fail("cannot find our own executable")?
-            .spawn()
-            .or_fail("cannot start a worker")?;
         // Every wait of a worker ends within --timeout, and a run takes seconds; a worker
         // still running after ten of those is stuck, and the supervisor gives up on it.
-        let limit = 10 * timeout(o);
-        let Some(status) =
-            lab::course::wait_or_kill(&mut child, limit).or_fail("waiting for a worker")?
-        else {
-            return Err(lab::course::Failure(format!(
-                "worker {n} did not end within {} s: killed",
-                limit.as_secs()
-            )));
-        };
+        let status = course::run_copy(
+            ["--worker", &n.to_string()],
+            &format!("worker {n}"),
+            10 * timeout(o),
+        )?;
         match status.signal() {
             Some(9) => println!("supervisor: worker {n} was killed by SIGKILL (9)"),
             _ => {
@@ -52,7 +43,7 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
             }
         }
     }
-    lab::course::done(true, "the server side behaved as expected");
+    course::done(true, "the server side behaved as expected");
     Ok(())
 }
 
@@ -64,7 +55,7 @@ pub(crate) fn server(o: &Opts, worker: u32) -> Result {
         "server".to_string()
     };
     let role = role.as_str();
-    let ip = lab::course::rxe_address()?;
+    let ip = course::rxe_address()?;
     let listener = CmId::new().or_fail("rdma_create_id")?;
     listener
         .listen(SocketAddr::new(IpAddr::V4(ip), o.port), 8)
@@ -82,7 +73,7 @@ pub(crate) fn server(o: &Opts, worker: u32) -> Result {
         Some(Case::NoListener | Case::Unreachable | Case::Localhost)
     ) {
         println!("{role}: this case concerns the client only; nothing to serve");
-        lab::course::done(true, "the server side behaved as expected");
+        course::done(true, "the server side behaved as expected");
         return Ok(());
     }
     let req = listener
@@ -106,7 +97,7 @@ pub(crate) fn server(o: &Opts, worker: u32) -> Result {
             .reject(&framed(REJECT.as_bytes(), MAX_REJECT_DATA))
             .or_fail("rdma_reject")?;
         println!("step 3: {role}: rdma_reject with private data {REJECT:?}");
-        lab::course::done(true, "the server side behaved as expected");
+        course::done(true, "the server side behaved as expected");
         return Ok(());
     }
     match o.proto {
@@ -139,13 +130,7 @@ pub(crate) fn accept(role: &str, step: u32, c: &Conn, data: &[u8], t: Duration) 
 
 pub(crate) fn kill_myself(role: &str) -> Result {
     println!("{role}: killing this process with SIGKILL, as a crash would");
-    let pid = std::process::id().to_string();
-    Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .or_fail("kill(1)")?;
-    std::thread::sleep(Duration::from_secs(5));
-    Err("SIGKILL did not kill us".into())
+    course::crash()
 }
 
 pub(crate) fn serve_lab(o: &Opts, role: &str, worker: u32, id: CmId) -> Result {
@@ -196,7 +181,7 @@ pub(crate) fn serve_lab(o: &Opts, role: &str, worker: u32, id: CmId) -> Result {
     c.id.disconnect().or_fail("rdma_disconnect")?;
     drain(role, 8, &c, 1, t)?;
     timewait(role, 9, &c.id, t)?;
-    lab::course::done(true, "the server side behaved as expected");
+    course::done(true, "the server side behaved as expected");
     Ok(())
 }
 
@@ -256,6 +241,6 @@ pub(crate) fn serve_sendrecv(o: &Opts, role: &str, id: CmId) -> Result {
         c.id.disconnect().or_fail("rdma_disconnect")?;
     }
     drain(role, step + 1, &c, 0, t)?;
-    lab::course::done(true, "the server side behaved as expected");
+    course::done(true, "the server side behaved as expected");
     Ok(())
 }

@@ -7,10 +7,10 @@
 //!   (the loopback lab; the tools come from rdmacm-utils, which the guest sees on the host);
 //! * `bad_command_line`: refused before any device is touched (runs on the host).
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
 use harness::testing::{Role, lab_kernel, run_chapter, run_roles};
 use harness::testing_cli::refuses_command_line;
-use lab::kernel::{KernelVersion, RxeChange};
 use rstest::rstest;
 
 /// A snapshot, with `suffix` when there is one.
@@ -25,7 +25,7 @@ macro_rules! snap {
     };
 }
 
-/// What rdma_cm sets on a QP changed with the kernel (lab::kernel: its RoCE packet lifetime,
+/// What rdma_cm sets on a QP changed with the kernel (course::kernel: its RoCE packet lifetime,
 /// and the FLUSH rights, both from Linux 6.2 on): a transcript that shows it (`what rdma_cm
 /// set`) has its own snapshot there, `base` followed by `-linux-6.2` (or `linux-6.2` alone).
 fn cm_suffix(base: Option<&str>, text: &str, topology: Topology) -> Option<String> {

@@ -62,7 +62,7 @@ fn connect_of(which: &str) -> Connect {
 
 /// This node's rxe address (rdma_cm routes by IP; a loopback address cannot be).
 fn own_ip() -> IpAddr {
-    IpAddr::V4(lab::course::rxe_address().expect("this node's rxe address"))
+    IpAddr::V4(course::rxe_address().expect("this node's rxe address"))
 }
 
 /// Node a: listen, take one request, accept it with a QP, wait for ESTABLISHED.

@@ -4,11 +4,11 @@
 //! DisconnectRequest and DisconnectReply end it. No TCP side channel carries a QPN or a PSN:
 //! the CM messages do.
 
+use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
 use harness::testing::{lab_kernel, run_chapter_traced};
 use harness::wire::Dir;
 use harness::wire::decode::cm_attr_name;
-use lab::kernel::{KernelVersion, RxeChange};
 
 const PKG: &str = "ch12-connection-manager";
 const EXE: &str = env!("CARGO_BIN_EXE_ch12-connection-manager");
@@ -17,7 +17,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_ch12-connection-manager");
 fn traced() {
     let t = run_chapter_traced(PKG, EXE, &[]);
     t.transcript.assert_success();
-    // What rdma_cm sets on the QPs changed in Linux 6.2 (lab::kernel; tests/e2e.rs has the
+    // What rdma_cm sets on the QPs changed in Linux 6.2 (course::kernel; tests/e2e.rs has the
     // same rule): from 6.2 on this run has its own snapshot, `wire__traced@linux-6.2.snap`.
     let release = lab_kernel(Topology::Pair);
     let k = KernelVersion::parse(&release).unwrap_or_else(|| panic!("kernel {release:?}"));

@@ -5,8 +5,8 @@ use crate::link::{Link, Node, fill, intact, must, wait};
 use crate::netem::Netem;
 use crate::wire::{self, host};
 use crate::{CaseArg, MSG, ROUNDS, yes};
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
-use lab::exchange::{Endpoint, OobStream};
+use course::exchange::{Endpoint, OobStream};
+use course::{Failure, OrFail, Outcome as Result, expect};
 use lab::{Gid, InitAttr, RecvWr, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus};
 use std::time::{Duration, Instant};
 
@@ -228,7 +228,7 @@ pub fn total_loss(l: &Link) -> Result<()> {
     );
     println!(
         "  {}",
-        lab::kernel::AckTimer::explain(timeout as u8, retry + 1)
+        course::kernel::AckTimer::explain(timeout as u8, retry + 1)
     );
     let fault = Netem::apply("loss 100%")?;
     println!("  tc netem loss 100% on the RoCE packets this node sends");

@@ -2,8 +2,8 @@
 //! completion with a deadline, and the messages of the ping-pongs.
 
 use crate::{CaseArg, MSG, ROUNDS, SHOULD_COME};
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
-use lab::exchange::{Endpoint, OobStream};
+use course::exchange::{Endpoint, OobStream};
+use course::{Failure, OrFail, Outcome as Result, expect};
 use lab::{
     AccessFlags, CompletionQueue, Context, Gid, InitAttr, MemoryRegion, ProtectionDomain,
     QpInitAttr, QueuePair, RtrAttr, WorkCompletion,
@@ -25,7 +25,7 @@ pub struct Link {
 }
 
 pub fn open() -> Result<Node> {
-    let ctx = lab::course::open_device(None).or_fail("cannot open the device")?;
+    let ctx = course::open_device(None).or_fail("cannot open the device")?;
     let gid = ctx
         .roce_v2_ipv4_gid(1)
         .or_fail("cannot find our RoCE v2 GID")?;

@@ -26,7 +26,7 @@
 //! `killed-peer` (node a's VM killed: the survivor's error, then, once the node is back, the
 //! reconnect: ERR -> RESET -> INIT -> RTR -> RTS with a fresh exchange).
 //!
-//! Each case also shows its wire: the client asks the lab's host (`lab::host`) to record the
+//! Each case also shows its wire: the client asks the lab's host (`course::host`) to record the
 //! cable between the two VMs, and prints what the recording proves (a NAK, a resend, an RNR
 //! NAK with its timer) or, where it is short and the same every run, the packets themselves.
 //! The host also freezes, kills and restarts node a for the last two cases.
@@ -41,9 +41,10 @@
 //! the server's.
 
 use clap::{Parser, ValueEnum};
-use lab::course::{OrFail, Outcome as Result};
-use lab::exchange::{LAB_PORT, OobStream};
-use lab::{RtsAttr, show};
+use course::exchange::{LAB_PORT, OobStream};
+use course::show;
+use course::{OrFail, Outcome as Result};
+use lab::RtsAttr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -195,7 +196,7 @@ fn main() -> ExitCode {
     };
     // Whatever happened, this node's link is left as it was.
     netem::remove_all();
-    lab::course::exit_code(r)
+    course::exit_code(r)
 }
 
 fn yes(b: bool) -> &'static str {

@@ -7,14 +7,14 @@
 //! packets: when netem's own queue overflows, the packet is dropped *locally*, and rxe then
 //! takes another (racy) resend path than for a packet lost on the wire.
 
-use lab::course::{Failure, Outcome};
+use course::{Failure, Outcome as Result};
 use std::collections::BTreeMap;
 use std::process::Command;
 
 /// The link of the pair's wire in the lab's VMs.
 pub const IFACE: &str = "eth0";
 
-fn tc(args: &str) -> Outcome {
+fn tc(args: &str) -> Result {
     let out = Command::new("tc")
         .args(args.split_whitespace())
         .output()
@@ -36,7 +36,7 @@ pub struct Netem {
 
 impl Netem {
     /// Puts `netem <params>` (e.g. `loss 5%`) on this node's RoCE traffic.
-    pub fn apply(params: &str) -> Outcome<Netem> {
+    pub fn apply(params: &str) -> Result<Netem> {
         remove_all();
         tc(&format!(
             "qdisc add dev {IFACE} root handle 1: prio bands 3 \
@@ -55,9 +55,9 @@ impl Netem {
 
     /// Heals the wire without taking the qdiscs away: netem stays, with `params` (e.g. `loss
     /// 0%`). Deleting the root qdisc swaps the link's queue while rxe may be sending; from Linux
-    /// 6.10 on rxe fails a WR whose packet the stack refuses (lab::kernel::RxeChange::
+    /// 6.10 on rxe fails a WR whose packet the stack refuses (course::kernel::RxeChange::
     /// XmitErrorFailsWr) instead of trying it again, so a heal by deletion can end the QP.
-    pub fn change(&self, params: &str) -> Outcome {
+    pub fn change(&self, params: &str) -> Result {
         tc(&format!(
             "qdisc change dev {IFACE} parent 1:3 handle 30: netem limit 100000 {params}"
         ))

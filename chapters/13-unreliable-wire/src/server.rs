@@ -2,9 +2,10 @@
 
 use crate::link::{Link, intact, link, must, open};
 use crate::{CaseArg, MSG, Opts, ROUNDS, netem, report};
-use lab::course::{Failure, OrFail, Outcome as Result, expect};
-use lab::exchange::Listener;
-use lab::{RecvWr, SendWr, WcOpcode, show};
+use course::exchange::Listener;
+use course::show;
+use course::{Failure, OrFail, Outcome as Result, expect};
+use lab::{RecvWr, SendWr, WcOpcode};
 use std::time::Duration;
 
 pub fn server(o: &Opts) -> Result<()> {

@@ -1,6 +1,6 @@
 //! The wire of a case, as the lab's host recorded it, and the lab's host itself.
 //!
-//! The client asks the host (`lab::host`) to record the cable between the two VMs around each
+//! The client asks the host (`course::host`) to record the cable between the two VMs around each
 //! case (`trace start`, `trace stop`), and to freeze, kill and restart node a for the last two
 //! cases. The recording comes back as one ladder line per RoCE packet:
 //!
@@ -13,8 +13,8 @@
 //! cable records every packet as its VM sent it, even when the other VM is frozen or dead.
 //! A packet that netem drops inside node b never reaches the cable: it is not there.
 
-use lab::course::{OrFail, Outcome as Result};
-use lab::host::HostRequest;
+use course::host::HostRequest;
+use course::{OrFail, Outcome as Result};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ pub fn host(line: &str) -> Result<String> {
 
 /// Asks the lab's host for `request`.
 fn ask(request: HostRequest) -> Result<String> {
-    lab::host::ask(request, HOST_WAIT)
+    course::host::ask(request, HOST_WAIT)
         .or_fail_with(|| format!("asking the lab's host to {request}"))
 }
 

@@ -12,12 +12,12 @@
 //!   retry_cnt 0 fails with `IBV_WC_RETRY_EXC_ERR (12)` on the lossy wire, the reference
 //!   solution passes.
 
+use course::exchange::{Endpoint, Listener, OobStream};
 use harness::Node;
 use harness::exercises::{Impl, assert_fails_with, fail, panic_message, step};
 use harness::testing::{Role, run_roles_traced, wire_lab};
 use harness::wire::expect::Trace;
 use harness::wire::fault::{self, Impair};
-use lab::exchange::{Endpoint, Listener, OobStream};
 use lab::{AccessFlags, Context, InitAttr, QpInitAttr, RtrAttr, RtsAttr, SendWr, WcStatus};
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,7 @@ fn endpoint(
     ctx: &Context,
     qpn: u32,
     psn: u32,
-    regions: Vec<lab::exchange::RemoteRegion>,
+    regions: Vec<course::exchange::RemoteRegion>,
 ) -> Endpoint {
     let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID");
     Endpoint {

@@ -1,7 +1,7 @@
 //! The owner of a booted VM lab: what only the process that runs the VMs can do.
 //!
 //! Requests come as one line of text, from a program in a guest (through its agent: the
-//! chapters' `lab::host`) or from `cargo lab fault <action>` (through a daemon's relay). The
+//! chapters' `course::host`) or from `cargo lab fault <action>` (through a daemon's relay). The
 //! line is a [`HostRequest`] (its table says what each one does); [`Owner::handle`] parses it
 //! and carries it out.
 //!

@@ -265,7 +265,7 @@ fn cwd() -> String {
 
 /// The kernel release the lab's node A runs (`/proc/sys/kernel/osrelease` there: the guest's
 /// kernel in the microVM lab, this host's natively), for tests whose expectations depend on
-/// the kernel rxe is part of (`lab::kernel` in the chapters). Asked once per topology and
+/// the kernel rxe is part of (`course::kernel` in the chapters). Asked once per topology and
 /// test binary.
 pub fn lab_kernel(topology: Topology) -> String {
     static KERNELS: [Mutex<Option<String>>; 2] = [Mutex::new(None), Mutex::new(None)];

@@ -1,6 +1,6 @@
 //! Reference solution of exercise 07-write-4k (see `../write_4k.rs` for the task).
 
-use lab::exchange::{Endpoint, RemoteRegion};
+use course::exchange::{Endpoint, RemoteRegion};
 use lab::{CompletionQueue, Gid, MemoryRegion, Mtu, QueuePair, RtrAttr, SendWr};
 use std::time::Duration;
 

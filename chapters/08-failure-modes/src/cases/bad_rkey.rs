@@ -4,14 +4,15 @@
 //! rights against the region it names. A typo, a stale key or a key of another device all
 //! look the same to it.
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, R, Rig};
+use crate::rig::{Pair, PairCfg, Rig};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let p = Pair::connect(&rig, PairCfg::default())?;
     r.step(format!("connect {} on {}", p.describe(), rig.ctx.name()));

@@ -7,14 +7,15 @@
 
 use std::time::{Duration, Instant};
 
+use course::Outcome as Result;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, R, Rig, must_wc};
+use crate::rig::{Pair, PairCfg, Rig, must_wc};
 
 const WRITES: u64 = 28;
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let cfg = PairCfg {
         a_cqe: 4,

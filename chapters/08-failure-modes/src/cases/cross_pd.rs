@@ -4,15 +4,16 @@
 //! own PD, through its lkeys locally and through rkeys remotely. The keys of another PD on
 //! the same device are real keys, just not valid here.
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::Outcome as Result;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, QUIET_WINDOW, R, Rig, drain, must_wc};
+use crate::rig::{Pair, PairCfg, QUIET_WINDOW, Rig, drain, must_wc};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // (a) A local SGE with the lkey of an MR of another PD.
     let rig = Rig::open()?;
     let p = Pair::connect(&rig, PairCfg::default())?;
@@ -30,7 +31,7 @@ pub fn run(r: &mut Report) -> R<()> {
     let src = [other.sge(0..64)];
     p.a.post_send_one(SendWr::send(1, &src))?;
     let wc = must_wc(&p.cq_a, "A's SEND")?;
-    // The status depends on the kernel, as in case 4 (lab::kernel::RxeChange).
+    // The status depends on the kernel, as in case 4 (course::kernel::RxeChange).
     let want = if r.record(RxeChange::LocalErrorFlushed)? {
         WcStatus::WrFlushErr
     } else {

@@ -4,13 +4,14 @@
 //! `ibv_dereg_mr` invalidates the keys at once. The peer is not told: its next one-sided
 //! operation with the old rkey is refused, and the connection goes down with it.
 
+use course::Outcome as Result;
 use lab::*;
 
 use super::{region, write_must_fail};
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, R, Rig, must_wc};
+use crate::rig::{Pair, PairCfg, Rig, must_wc};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let p = Pair::connect(&rig, PairCfg::default())?;
     r.step(format!("connect {} on {}", p.describe(), rig.ctx.name()));

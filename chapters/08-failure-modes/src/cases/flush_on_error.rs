@@ -6,12 +6,13 @@
 
 use std::time::Duration;
 
+use course::Outcome as Result;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{PSN_A, Pair, PairCfg, QUIET_WINDOW, R, Rig, drain, must_wc};
+use crate::rig::{PSN_A, Pair, PairCfg, QUIET_WINDOW, Rig, drain, must_wc};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // (a) Receives outstanding at B.
     let rig = Rig::open()?;
     let cfg = PairCfg {
@@ -105,7 +106,7 @@ pub fn run(r: &mut Report) -> R<()> {
 }
 
 /// What a post returned, as text: "0 (accepted)" or the error.
-fn posted(res: &Result<()>) -> String {
+fn posted(res: &lab::Result<()>) -> String {
     match res {
         Ok(()) => "0 (accepted)".into(),
         Err(e) => e.report().to_string(),

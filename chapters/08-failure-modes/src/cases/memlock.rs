@@ -9,12 +9,13 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use course::Outcome as Result;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{ENOMEM, R};
+use crate::rig::ENOMEM;
 
 /// The hidden flag that makes the program act as the child of this case.
 pub const CHILD_FLAG: &str = "--memlock-child";
@@ -22,7 +23,7 @@ pub const CHILD_FLAG: &str = "--memlock-child";
 const LIMIT: u64 = 64 * 1024;
 const NOBODY: u32 = 65534;
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let uid = std::fs::metadata("/proc/self")?.uid();
     r.step(format!(
         "this process runs as uid {uid}{}",
@@ -64,7 +65,7 @@ pub fn run(r: &mut Report) -> R<()> {
 
 /// Runs `<this program> --memlock-child <who>`, as uid/gid 65534 if `drop_to_nobody`, and
 /// returns its exit code (killed after 60 s: every wait has a deadline).
-fn spawn_child(who: &str, drop_to_nobody: bool) -> R<i32> {
+fn spawn_child(who: &str, drop_to_nobody: bool) -> Result<i32> {
     let mut exe = std::env::current_exe()?;
     // Uid 65534 may not reach this program where it was built: a checkout under a home
     // directory of mode 0700 (Debian 13's default) gives EACCES at exec. Nobody runs a copy in
@@ -95,18 +96,10 @@ fn spawn_child(who: &str, drop_to_nobody: bool) -> R<i32> {
     result
 }
 
-fn wait_child(mut child: std::process::Child) -> R<i32> {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status.code().unwrap_or(-1));
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("the memlock child did not finish within 60 s; killed it".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+fn wait_child(mut child: std::process::Child) -> Result<i32> {
+    match course::wait_or_kill(&mut child, Duration::from_secs(60))? {
+        Some(status) => Ok(status.code().unwrap_or(-1)),
+        None => Err("the memlock child did not finish within 60 s; killed it".into()),
     }
 }
 
@@ -122,7 +115,7 @@ pub fn child(who: &str) -> bool {
     }
 }
 
-fn child_body(who: &str) -> R<bool> {
+fn child_body(who: &str) -> Result<bool> {
     let case = contracts::failures::case("memlock").ok_or("memlock is not in the table")?;
     let mut r = Report::for_case(case);
     let uid = std::fs::metadata("/proc/self")?.uid();

@@ -8,7 +8,7 @@
 //!   nothing enforces the MTU: 4096-byte packets "work";
 //! * between two nodes the oversized packets never reach the wire. Before Linux 6.10: no
 //!   error, no completion, the QP stays in RTS and retransmits forever, even with a finite
-//!   retry_cnt, a silent hang. From 6.10 on (lab::kernel): the SEND completes with
+//!   retry_cnt, a silent hang. From 6.10 on (course::kernel): the SEND completes with
 //!   `IBV_WC_WR_FLUSH_ERR` at once and the QP goes to ERR, a status that names no cause.
 //!
 //! The first half runs in the loopback lab; the second needs the pair topology:
@@ -16,15 +16,15 @@
 
 use std::time::{Duration, Instant};
 
-use lab::exchange::{Endpoint, Listener, OobStream};
-use lab::kernel::RxeChange;
-use lab::show;
+use course::Outcome as Result;
+use course::exchange::{Endpoint, Listener, OobStream};
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
 use crate::rig::{
-    FOREVER_WINDOW, PSN_A, PSN_B, Pair, PairCfg, QUIET_WINDOW, R, Rig, drain, must_wc, secs,
-    timed_wc,
+    FOREVER_WINDOW, PSN_A, PSN_B, Pair, PairCfg, QUIET_WINDOW, Rig, drain, must_wc, secs, timed_wc,
 };
 
 /// The TCP port of this chapter's exchange (`--port` changes it).
@@ -32,7 +32,7 @@ pub const DEFAULT_PORT: u16 = 18508;
 /// How long either side waits for the other over TCP.
 const OOB_DEADLINE: Duration = Duration::from_secs(60);
 
-pub fn run_loopback(r: &mut Report) -> R<()> {
+pub fn run_loopback(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let port = rig.ctx.query_port(1)?;
     r.step(format!(
@@ -92,7 +92,7 @@ struct Qps {
     ok: QueuePair<state::Init>,
 }
 
-fn qps(rig: &Rig) -> R<Qps> {
+fn qps(rig: &Rig) -> Result<Qps> {
     let cq = rig.ctx.create_cq(16, None)?;
     let big = rig.pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
     let ok = rig.pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
@@ -119,7 +119,7 @@ fn bring_up(
     peer_big: &Endpoint,
     peer_ok: &Endpoint,
     my_psn: u32,
-) -> R<(CompletionQueue, QueuePair, QueuePair)> {
+) -> Result<(CompletionQueue, QueuePair, QueuePair)> {
     let rts = RtsAttr::new(my_psn).timeout(8).retry_cnt(3);
     let big = q
         .big
@@ -134,12 +134,12 @@ fn bring_up(
     Ok((q.cq, big, ok))
 }
 
-fn mtu_of(qp: &QueuePair) -> R<u32> {
+fn mtu_of(qp: &QueuePair) -> Result<u32> {
     Ok(qp.query()?.path_mtu.map_or(0, |m| m.bytes()))
 }
 
 /// Node a: the responder. Posts receives, answers the exchange, reports what arrived.
-pub fn serve(port: u16) -> R<bool> {
+pub fn serve(port: u16) -> Result<bool> {
     let mut r = Report::new();
     let rig = Rig::open()?;
     let q = qps(&rig)?;
@@ -193,7 +193,7 @@ pub fn serve(port: u16) -> R<bool> {
 
 /// Node b: the requester. Sends 1024 and 4096 bytes over path MTU 4096, then 4096 over the
 /// active MTU.
-pub fn connect(addr: &str, port: u16) -> R<bool> {
+pub fn connect(addr: &str, port: u16) -> Result<bool> {
     let mut r = Report::new();
     let rig = Rig::open()?;
     let q = qps(&rig)?;
@@ -234,7 +234,7 @@ pub fn connect(addr: &str, port: u16) -> R<bool> {
     r.status("completion", &wc, WcStatus::Success);
 
     r.step("QP big SENDs 4096 bytes (one 4096-byte packet: larger than the link)");
-    // What rxe does with a packet the IP stack will not send changed (lab::kernel::RxeChange):
+    // What rxe does with a packet the IP stack will not send changed (course::kernel::RxeChange):
     // a silent hang before Linux 6.10, a failed WR from 6.10 on.
     let fails = r.record(RxeChange::XmitErrorFailsWr)?;
     big.post_send_one(SendWr::send(2, &full))?;
@@ -279,7 +279,7 @@ pub fn connect(addr: &str, port: u16) -> R<bool> {
     finish(&r, "mtu-too-large --connect")
 }
 
-pub(crate) fn finish(r: &Report, what: &str) -> R<bool> {
+pub(crate) fn finish(r: &Report, what: &str) -> Result<bool> {
     if r.mismatches().is_empty() {
         println!(
             "result: {what}: as recorded for rxe ({})",

@@ -16,13 +16,14 @@
 
 use std::time::{Duration, Instant};
 
-use lab::exchange::{Endpoint, Listener, OobStream};
-use lab::show;
+use course::Outcome as Result;
+use course::exchange::{Endpoint, Listener, OobStream};
+use course::show;
 use lab::*;
 
 use super::region;
 use crate::report::Report;
-use crate::rig::{PSN_A, PSN_B, QUIET_WINDOW, R, Rig, SHOULD_COME, drain, must_wc, timed_wc};
+use crate::rig::{PSN_A, PSN_B, QUIET_WINDOW, Rig, SHOULD_COME, drain, must_wc, timed_wc};
 
 /// How long either side waits for the other over TCP.
 const OOB_DEADLINE: Duration = Duration::from_secs(60);
@@ -59,7 +60,7 @@ struct Side {
     qp: QueuePair<state::Init>,
 }
 
-fn side(rig: &Rig) -> R<Side> {
+fn side(rig: &Rig) -> Result<Side> {
     let cq = rig.ctx.create_cq(16, None)?;
     let qp = rig.pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
     Ok(Side {
@@ -81,7 +82,7 @@ fn endpoint(rig: &Rig, name: &str, qpn: u32, psn: u32, regions: Vec<RemoteRegion
 
 /// Node a: the responder. For bad-rkey it registers a region with every remote right and
 /// posts a sentinel RECV; for the RNR case it posts no RECV at all.
-pub fn serve(case: WireCase, port: u16) -> R<bool> {
+pub fn serve(case: WireCase, port: u16) -> Result<bool> {
     let mut r = Report::new();
     let rig = Rig::open()?;
     let s = side(&rig)?;
@@ -144,7 +145,7 @@ pub fn serve(case: WireCase, port: u16) -> R<bool> {
 }
 
 /// Node b: the requester: one RDMA WRITE with a wrong rkey, or one SEND with rnr_retry 2.
-pub fn connect(case: WireCase, addr: &str, port: u16) -> R<bool> {
+pub fn connect(case: WireCase, addr: &str, port: u16) -> Result<bool> {
     let mut r = Report::new();
     let rig = Rig::open()?;
     let s = side(&rig)?;
@@ -207,6 +208,6 @@ pub fn connect(case: WireCase, addr: &str, port: u16) -> R<bool> {
     finish(&r, &format!("{} --connect", case.name()))
 }
 
-fn finish(r: &Report, what: &str) -> R<bool> {
+fn finish(r: &Report, what: &str) -> Result<bool> {
     super::mtu_too_large::finish(r, what)
 }

@@ -3,14 +3,15 @@
 //! The responder checks the whole range `[remote_addr, remote_addr + length)` against the
 //! region before it writes anything.
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, R, Rig};
+use crate::rig::{Pair, PairCfg, Rig};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let mut p = Pair::connect(&rig, PairCfg::default())?;
     r.step(format!("connect {} on {}", p.describe(), rig.ctx.name()));

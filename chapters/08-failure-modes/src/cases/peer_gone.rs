@@ -7,16 +7,17 @@
 
 use std::time::Instant;
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
 use crate::rig::{
-    FOREVER_WINDOW, PSN_A, PSN_B, Pair, PairCfg, R, Rig, SHOULD_COME, must_wc, secs, timed_wc,
+    FOREVER_WINDOW, PSN_A, PSN_B, Pair, PairCfg, Rig, SHOULD_COME, must_wc, secs, timed_wc,
 };
 
 /// One good SEND from A to B, to show the connection worked before the peer went away.
-fn one_good_send(r: &mut Report, rig: &Rig, p: &Pair) -> R<()> {
+fn one_good_send(r: &mut Report, rig: &Rig, p: &Pair) -> Result<()> {
     let mr_b = rig.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
     let dst = [mr_b.sge(..)];
     p.b.post_recv_one(RecvWr::new(100, &dst))?;
@@ -27,7 +28,7 @@ fn one_good_send(r: &mut Report, rig: &Rig, p: &Pair) -> R<()> {
     Ok(())
 }
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // (a) A finite retry budget.
     let rig = Rig::open()?;
     let cfg = PairCfg {
@@ -64,7 +65,7 @@ pub fn run(r: &mut Report) -> R<()> {
                 "after 7 transmissions (1 + retry_cnt 6), {}",
                 show::elapsed(took)
             ));
-            r.say(lab::kernel::AckTimer::explain(8, 7));
+            r.say(course::kernel::AckTimer::explain(8, 7));
         }
         None => r.mismatch("no completion at A".into()),
     }

@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{EINVAL, PSN_A, PSN_B, R, Rig, drain, must_wc};
+use crate::rig::{EINVAL, PSN_A, PSN_B, Rig, drain, must_wc};
 
 const MESSAGES: [&str; 4] = [
     "posted in RESET",
@@ -23,7 +24,7 @@ const MESSAGES: [&str; 4] = [
 ];
 const SLOT: usize = 64;
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let gid = rig.gid.gid;
     let cq_a = rig.ctx.create_cq(16, None)?;
@@ -63,7 +64,7 @@ pub fn run(r: &mut Report) -> R<()> {
         .enumerate()
         .map(|(i, m)| [mr_a.sge(i * SLOT..i * SLOT + m.len())])
         .collect();
-    let post = |qp_post: &dyn Fn(&mut [SendWr]) -> Result<()>, i: usize| {
+    let post = |qp_post: &dyn Fn(&mut [SendWr]) -> lab::Result<()>, i: usize| {
         qp_post(&mut [SendWr::send(i as u64 + 1, &srcs[i])])
     };
 

@@ -8,15 +8,16 @@
 //! never acknowledged (the responder skips `RESPST_ACKNOWLEDGE`). A retransmits it into a
 //! QP in ERR, which drops it, until A's `retry_cnt` runs out.
 
+use course::Outcome as Result;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{PSN_A, Pair, PairCfg, R, Rig, must_wc};
+use crate::rig::{PSN_A, Pair, PairCfg, Rig, must_wc};
 
 /// SENDs from A, and RECVs posted by B: one more than B's CQ holds.
 const SENDS: u64 = 8;
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let cfg = PairCfg {
         a_rts: RtsAttr::new(PSN_A).timeout(8).retry_cnt(2),

@@ -4,14 +4,15 @@
 //! at once, in `ibv_post_recv`, with ENOMEM (returned, not in `errno`). The queue is a ring
 //! that rxe rounds up to 2^k - 1 entries, so "full" comes later than you asked for.
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::Outcome as Result;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{ENOMEM, R, Rig};
+use crate::rig::{ENOMEM, Rig};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let cq = rig.ctx.create_cq(16, None)?;
     let qp = rig.pd.create_qp(&QpInitAttr::rc(&cq, &cq).max_recv_wr(4))?;
@@ -21,7 +22,7 @@ pub fn run(r: &mut Report) -> R<()> {
         "create QP {} with max_recv_wr=4 and move it to INIT (receives may be posted from INIT)",
         show::qpn(qpn)
     ));
-    // What ibv_create_qp reports back changed (lab::kernel::RxeChange): the size asked for on
+    // What ibv_create_qp reports back changed (course::kernel::RxeChange): the size asked for on
     // Linux 6.1, the size rxe really gives from 6.6 on.
     let rounded = r.record(RxeChange::QueueCapRounded)?;
     r.check(

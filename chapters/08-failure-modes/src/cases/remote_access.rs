@@ -4,14 +4,15 @@
 //! (`ibv_reg_mr(..., IBV_ACCESS_REMOTE_WRITE)`) and by the responder's QP
 //! (`qp_access_flags` at INIT). The two refusals give different statuses on rxe.
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use super::{region, write_must_fail};
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, R, Rig};
+use crate::rig::{Pair, PairCfg, Rig};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let p = Pair::connect(&rig, PairCfg::default())?;
     r.step(format!(

@@ -6,17 +6,18 @@
 
 use std::time::Instant;
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::Outcome as Result;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
 use crate::rig::{
-    FOREVER_WINDOW, PSN_A, Pair, PairCfg, QUIET_WINDOW, R, Rig, SHOULD_COME, drain, must_wc, secs,
+    FOREVER_WINDOW, PSN_A, Pair, PairCfg, QUIET_WINDOW, Rig, SHOULD_COME, drain, must_wc, secs,
     timed_wc,
 };
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // (a) A finite rnr_retry.
     let rig = Rig::open()?;
     let cfg = PairCfg {
@@ -86,7 +87,7 @@ pub fn run(r: &mut Report) -> R<()> {
 
     // (c) rnr_retry 7 with a small retry_cnt: does the RNR wait use up the transport retry
     // count? On rxe in Linux 6.1 it did (an rxe deviation); from 6.10 on it does not, as the
-    // spec asks (lab::kernel::RxeChange).
+    // spec asks (course::kernel::RxeChange).
     let rig = Rig::open()?;
     let cfg = PairCfg {
         a_rts: RtsAttr::new(PSN_A).rnr_retry(7).retry_cnt(1),

@@ -4,13 +4,14 @@
 //! GID and first PSN, the path MTU. A QP cannot send before it can receive the peer's
 //! acknowledgements, so INIT -> RTS is not a legal transition and `ibv_modify_qp` refuses it.
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{EINVAL, PSN_A, R, Rig};
+use crate::rig::{EINVAL, PSN_A, Rig};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let cq = rig.ctx.create_cq(8, None)?;
     let qp = rig.pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;

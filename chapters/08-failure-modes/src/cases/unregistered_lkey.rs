@@ -5,14 +5,15 @@
 //! `lkey = 0` for a buffer that was never registered (a common claim: "lkey 0 is fine for a
 //! local buffer"): that is not
 //! "no key", it is a wrong key. On rxe in Linux 6.1 a wrong key and a wrong range give
-//! different statuses; from 6.4 on both complete as flushed (lab::kernel).
+//! different statuses; from 6.4 on both complete as flushed (course::kernel).
 
-use lab::kernel::RxeChange;
-use lab::show;
+use course::Outcome as Result;
+use course::kernel::RxeChange;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{Pair, PairCfg, QUIET_WINDOW, R, Rig, drain, must_wc};
+use crate::rig::{Pair, PairCfg, QUIET_WINDOW, Rig, drain, must_wc};
 
 /// A fresh pair; B posts one RECV; A SENDs from `sge`, which must fail with `want` while B is
 /// unaffected (nothing reached the wire).
@@ -21,7 +22,7 @@ fn send_must_fail(
     what: &str,
     make_sge: impl Fn(&Pair) -> Sge,
     want: WcStatus,
-) -> R<()> {
+) -> Result<()> {
     let rig = Rig::open()?;
     let p = Pair::connect(&rig, PairCfg::default())?;
     let mr_b = rig.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
@@ -57,9 +58,9 @@ fn sge_text(s: &Sge) -> String {
     format!("{} length={} {key}", show::addr(s.addr()), s.length())
 }
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     // From Linux 6.4 on rxe moves the QP to ERR first and flushes the failed WR, so the
-    // three statuses below all read WR_FLUSH_ERR there (lab::kernel::RxeChange).
+    // three statuses below all read WR_FLUSH_ERR there (course::kernel::RxeChange).
     let flushed = r.record(RxeChange::LocalErrorFlushed)?;
     let (bad_key, bad_range) = if flushed {
         (WcStatus::WrFlushErr, WcStatus::WrFlushErr)

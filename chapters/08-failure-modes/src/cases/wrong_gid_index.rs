@@ -5,13 +5,14 @@
 //! `::ffff:a.b.c.d`. rxe cannot route an IPv6 link-local source to an IPv4 destination and
 //! refuses RTR. The peer, configured correctly, never hears back.
 
-use lab::show;
+use course::Outcome as Result;
+use course::show;
 use lab::*;
 
 use crate::report::Report;
-use crate::rig::{EINVAL, PSN_A, PSN_B, R, Rig, must_wc};
+use crate::rig::{EINVAL, PSN_A, PSN_B, Rig, must_wc};
 
-pub fn run(r: &mut Report) -> R<()> {
+pub fn run(r: &mut Report) -> Result<()> {
     let rig = Rig::open()?;
     let table = rig.ctx.gid_table(1)?;
     let ll = table

@@ -1,6 +1,6 @@
 //! Reference solution of exercise 09-locate (see `../locate.rs` for the task).
 
-use lab::exchange::RemoteRegion;
+use course::exchange::RemoteRegion;
 
 pub fn locate(table: &[RemoteRegion], block: usize, offset: u64, len: u64) -> Option<(u64, u32)> {
     let b = table.get(block)?;

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use lab::course::Outcome as Result;
-use lab::show::{self, Align, Table};
+use course::Outcome as Result;
+use course::show::{self, Align, Table};
 use lab::{SendWr, WorkCompletion};
 
 use super::{Lab, Plan, Results};

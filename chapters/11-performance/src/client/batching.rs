@@ -4,8 +4,8 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::show::{self, Align, Table};
+use course::show::{self, Align, Table};
+use course::{OrFail, Outcome as Result, expect};
 use lab::{InlineSge, SendWr, WorkCompletion};
 
 use super::{BatchRate, Doorbells, Lab, Plan, Results, lat_row, lat_table, write_syscalls};
@@ -77,17 +77,10 @@ fn strace_writes(f: impl FnOnce() -> Result<()>) -> Result<u64> {
     let _ = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
-    let start = Instant::now();
-    loop {
-        if child.try_wait().or_fail("waiting for strace")?.is_some() {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("strace did not exit within 20s of SIGINT".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let exited =
+        course::wait_or_kill(&mut child, Duration::from_secs(20)).or_fail("waiting for strace")?;
+    if exited.is_none() {
+        return Err("strace did not exit within 20s of SIGINT".into());
     }
     r?;
     let summary = std::fs::read_to_string(&out).or_fail_with(|| format!("reading {out}"))?;

@@ -1,6 +1,6 @@
 //! Section 6: the tutorials' table, corrected with this run's figures.
 
-use lab::show::{self, Align, Table};
+use course::show::{self, Align, Table};
 
 use super::{Results, rate};
 use crate::MAX_MSG;

@@ -5,8 +5,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::show::{self, Align, Table};
+use course::show::{self, Align, Table};
+use course::{OrFail, Outcome as Result, expect};
 use lab::{RecvWr, SendWr, WorkCompletion};
 
 use super::{CpuPerOp, CpuSpan, Lab, Latency, Plan, Results, lat_row, lat_table, per_op, rate};
@@ -191,7 +191,7 @@ pub(super) fn measure(lab: &mut Lab, c: &mut Conn, plan: &Plan, res: &mut Result
                 "TCP" => tcp_lat(lab, size, it),
                 "WRITE pp" => {
                     let (v, sq) = lab.with_softirq(|lab| write_pp_lat(lab, c, size, it))?;
-                    let slow = lab::kernel::config_hz().filter(|hz| *hz > 0).map(|hz| {
+                    let slow = course::kernel::config_hz().filter(|hz| *hz > 0).map(|hz| {
                         let tick = Duration::from_micros(1_000_000 / hz);
                         let n = v.iter().filter(|d| **d * 4 >= tick * 3).count();
                         n as f64 / v.len().max(1) as f64
@@ -307,7 +307,7 @@ fn softirq_table(res: &Results) {
     }
     print!("{t}");
     // Printed the same way whatever the kernel (the test redacts tick= and hz=).
-    let (tick, hz) = match lab::kernel::config_hz() {
+    let (tick, hz) = match course::kernel::config_hz() {
         Some(hz) if hz > 0 => (format!("{}ms", 1000.0 / hz as f64), hz.to_string()),
         _ => ("unknown".to_string(), "unknown".to_string()),
     };

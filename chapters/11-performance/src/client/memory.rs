@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use lab::course::{OrFail, Outcome as Result};
-use lab::show::{self, Align, Table};
+use course::show::{self, Align, Table};
+use course::{OrFail, Outcome as Result};
 use lab::{AccessFlags, MemoryRegion, Mtu, SendWr, Sge, WorkCompletion};
 
 use super::{Lab, Plan, Results};

@@ -16,9 +16,9 @@ mod waiting;
 
 use std::time::Duration;
 
-use lab::course::{OrFail, Outcome as Result, expect};
-use lab::exchange::OobStream;
-use lab::show::{self, Align, Table};
+use course::exchange::OobStream;
+use course::show::{self, Align, Table};
+use course::{OrFail, Outcome as Result, expect};
 use lab::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
 
 use crate::protocol::{Reply, Request};
@@ -325,7 +325,7 @@ pub fn run(args: &Args, host: &str) -> Result<bool> {
     let plan = Plan::new(args.quick);
     let mut res = Results::default();
     println!("step 1: open the device, register a {BUF}-byte buffer, connect to the server");
-    let ctx = lab::course::open_device(None)?;
+    let ctx = course::open_device(None)?;
     let pd = ctx.alloc_pd()?;
     let mr = pd.reg_mr(
         BUF,
@@ -371,6 +371,6 @@ pub fn run(args: &Args, host: &str) -> Result<bool> {
     }
     lab.ask_ok(Request::DropQps)?;
     lab.send(&Request::Bye)?;
-    lab::course::done(ok, "every section measured; the counts are as predicted");
+    course::done(ok, "every section measured; the counts are as predicted");
     Ok(ok)
 }

@@ -1,8 +1,8 @@
 //! Section 1's reference tools: qperf, sockperf and perftest run in the same lab, their
 //! figures parsed, and ours compared with theirs.
 
-use lab::course::Outcome as Result;
-use lab::show::{self, Align, Table};
+use course::Outcome as Result;
+use course::show::{self, Align, Table};
 
 use super::{Lab, Plan, Results, rate};
 use crate::TOOL;

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use lab::course::Outcome as Result;
-use lab::show::{self};
+use course::Outcome as Result;
+use course::show::{self};
 
 use super::latency::rdma_lat;
 use super::{Lab, Plan, Results, lat_row, lat_table};

@@ -1,7 +1,7 @@
-//! `lab::process`: a child process run with a deadline.
+//! `course::process`: a child process run with a deadline.
 //!
 //! Some chapters start copies of themselves (one process per client, each with its own QP) and
-//! then print what each one said ([`crate::course::spawn_copies`]). [`Running`] is the
+//! then print what each one said ([`crate::spawn_copies`]). [`Running`] is the
 //! plumbing for that, on [`duct`]: the child's stdout and stderr are captured by duct's reader
 //! threads while it runs, so a chatty child never blocks on a full pipe, and
 //! [`Running::finish`] waits with a deadline: a child still running then is killed, and so is
@@ -17,7 +17,7 @@
 //!     .stdin(Stdio::null())
 //!     .stdout(Stdio::piped())
 //!     .stderr(Stdio::piped());
-//! let mut child = lab::process::Running::spawn(cmd)?;
+//! let mut child = course::process::Running::spawn(cmd)?;
 //! let (code, out, err) = child.finish(Instant::now() + Duration::from_secs(10));
 //! assert_eq!((code, out.as_str(), err.as_str()), (3, "hello\n", "oops\n"));
 //! # Ok::<(), std::io::Error>(())

@@ -1,4 +1,4 @@
-//! `lab::exchange`: the out-of-band exchange of endpoint information over TCP.
+//! `course::exchange`: the out-of-band exchange of endpoint information over TCP.
 //!
 //! Before two RC queue pairs can talk, each side must learn the other's QP number, starting
 //! PSN and GID (and, for one-sided operations, the address, length and rkey of the memory it
@@ -17,9 +17,9 @@
 //!    for a final sync ("done", a checksum).
 //!
 //! ```no_run
-//! # fn main() -> Result<(), lab::exchange::ExchangeError> {
-//! use lab::exchange::{Endpoint, LAB_PORT, OobStream, PINGPONG_PORT, PingpongDest};
-//! use lab::exchange::pingpong_client_exchange;
+//! # fn main() -> Result<(), course::exchange::ExchangeError> {
+//! use course::exchange::{Endpoint, LAB_PORT, OobStream, PINGPONG_PORT, PingpongDest};
+//! use course::exchange::pingpong_client_exchange;
 //! use std::time::Duration;
 //!
 //! // Chapter 06, client role, against `ibv_rc_pingpong` or our own server:

@@ -23,14 +23,26 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::cq::{CompletionQueue, WcOpcode, WorkCompletion};
-use crate::error::{Error, Result};
-use crate::mr::{MemoryRegion, RemoteRegion};
-use crate::qp::QueuePair;
-use crate::wr::SendWr;
+use lab::{
+    CompletionQueue, Error, MemoryRegion, QueuePair, RemoteRegion, Result, SendWr, WcOpcode,
+    WorkCompletion,
+};
 
 mod future;
 pub use future::{AsyncPool, JoinAll, PoolOp, join_all};
+
+/// The block table of a pool that is one region cut into `count` blocks of `size` bytes, back
+/// to back: block `i` is `(mr.addr() + i * size, size, mr.rkey())`. What a pool server sends
+/// its clients (chapters 09 and 10), and what a [`RemotePool`] addresses by block index.
+pub fn block_table(mr: &MemoryRegion, count: usize, size: usize) -> Vec<RemoteRegion> {
+    (0..count)
+        .map(|i| RemoteRegion {
+            addr: mr.addr() + (i * size) as u64,
+            len: size as u64,
+            rkey: mr.rkey(),
+        })
+        .collect()
+}
 
 /// Bounds-checks `offset..offset+len` in `blocks[block]`: its remote address and rkey.
 pub fn locate_in(

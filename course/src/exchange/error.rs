@@ -1,4 +1,4 @@
-//! The one error type of `lab::exchange`.
+//! The one error type of `course::exchange`.
 
 use std::fmt;
 use std::io;

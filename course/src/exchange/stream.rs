@@ -17,8 +17,8 @@ const WHAT_CONN: &str = "lab message";
 /// with its own deadline.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), lab::exchange::ExchangeError> {
-/// use lab::exchange::{Endpoint, Listener, RemoteRegion};
+/// # fn main() -> Result<(), course::exchange::ExchangeError> {
+/// use course::exchange::{Endpoint, Listener, RemoteRegion};
 /// use std::time::Duration;
 /// let listener = Listener::bind(18516)?;
 /// println!("server: listening on port 18516");       // the readiness line

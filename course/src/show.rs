@@ -1,4 +1,4 @@
-//! `lab::show`: the one place that formats identifiers and figures for output.
+//! `course::show`: the one place that formats identifiers and figures for output.
 //!
 //! Every chapter prints QP numbers, PSNs, keys, addresses, GIDs, timings and rates through
 //! this module, in the fixed labelled forms of `docs/conventions.md` §1. Each form is a row of
@@ -11,7 +11,7 @@
 //! composes with `println!` without allocating:
 //!
 //! ```
-//! use lab::show;
+//! use course::show;
 //! use std::time::Duration;
 //!
 //! let line = format!("local {} {} {}", show::qpn(0x1a), show::psn(0x1b2c3d), show::rkey(0x120a));
@@ -406,7 +406,7 @@ pub enum Align {
 /// this module's functions first, so they stay redactable.
 ///
 /// ```
-/// use lab::show::{Align, Table};
+/// use course::show::{Align, Table};
 /// let mut t = Table::new([("index", Align::Right), ("type", Align::Left), ("gid", Align::Left)]);
 /// t.row(["0", "RoCE v1", "fe80::5054:ff:fe00:1"]);
 /// t.row(["1", "RoCE v2", "::ffff:10.99.0.1"]);
@@ -557,7 +557,7 @@ pub fn wrap_print(text: &str) {
 /// are indented two more spaces than the first. Takes `format!` arguments:
 ///
 /// ```
-/// lab::say!("  the child exited {}: 1 MiB was refused with ENOMEM, 32 KiB fit", 0);
+/// course::say!("  the child exited {}: 1 MiB was refused with ENOMEM, 32 KiB fit", 0);
 /// ```
 #[macro_export]
 macro_rules! say {

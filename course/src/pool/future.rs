@@ -22,12 +22,11 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use super::locate_in;
-use crate::cq::{CompletionChannel, CompletionQueue, WorkCompletion};
-use crate::error::{Error, Result};
 use crate::exchange::RemoteRegion;
-use crate::mr::MemoryRegion;
-use crate::qp::QueuePair;
-use crate::wr::SendWr;
+use lab::{
+    CompletionChannel, CompletionQueue, Error, MemoryRegion, QueuePair, Result, SendWr,
+    WorkCompletion,
+};
 
 struct Shared {
     cq: CompletionQueue,

@@ -204,8 +204,8 @@ impl PingpongDest {
 /// client.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), lab::exchange::ExchangeError> {
-/// use lab::exchange::{PingpongDest, PingpongListener, PINGPONG_PORT};
+/// # fn main() -> Result<(), course::exchange::ExchangeError> {
+/// use course::exchange::{PingpongDest, PingpongListener, PINGPONG_PORT};
 /// use std::time::Duration;
 /// let mine = PingpongDest { lid: 0, qpn: 0x11, psn: 0x1b2c3d, gid: [0; 16] };
 /// let listener = PingpongListener::bind(PINGPONG_PORT)?;

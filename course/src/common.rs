@@ -1,5 +1,5 @@
-//! `lab::course`: the furniture every chapter repeats, so that each chapter's `main.rs` holds
-//! its lesson and nothing else.
+//! `course::common`, re-exported at the crate's root (`course::OrFail`): the furniture every
+//! chapter repeats, so that each chapter's `main.rs` holds its lesson and nothing else.
 //!
 //! Like the support crate of the Rust book, this module teaches nothing by itself: it is what
 //! the chapters would otherwise copy from one another.
@@ -15,7 +15,8 @@
 //! - **A checksum both sides can compute**: [`fnv1a32`] and [`fnv1a64`], so that a server
 //!   can show that the bytes a WRITE placed in its memory are the bytes the client sent.
 //! - **Private data with its length**: [`framed`] and [`unframed`], because rdma_cm delivers
-//!   a REQ's private data padded to a fixed size (chapters 09 and 12).
+//!   a REQ's private data padded to a fixed size (chapters 09 and 12); **numbers in private
+//!   data**, behind a tag: [`Tagged`] (a region's address, length and rkey in an accept).
 //! - **Two QPs in RTS on one device**: [`connected_pair`], for the chapters that need a working
 //!   connection before chapters 05 and 06 take the bring-up apart; [`wait_for_err`] for the
 //!   moment after an error completion when rxe has not yet moved the QP to ERR.
@@ -23,9 +24,11 @@
 //!   starts one copy of the program per client, prints what each one said, in order, then
 //!   runs this process's own part.
 //!   [`this_program_again`] is the command under them, also used by the chapters whose
-//!   server runs as child processes so that one can be killed.
+//!   server runs as child processes so that one can be killed: [`run_copy`] runs one such
+//!   copy to its end with a deadline, and the copy ends itself with [`crash`] (SIGKILL).
 //! - **One RC connection over the lab's exchange**: [`accept_peer`] (server) and
-//!   [`connect_peer`] (client), once chapter 07 has shown the steps.
+//!   [`connect_peer`] (client), once chapter 07 has shown the steps; [`accept_clients`] for a
+//!   server's several clients, printed in a stable order.
 //! - [`done`]: the last line of a role.
 
 use std::fmt::{self, Display};
@@ -34,10 +37,9 @@ use std::time::{Duration, Instant};
 
 use crate::exchange::{Endpoint, Listener, OobStream};
 use crate::process::Running;
-use crate::qp::state;
-use crate::{
-    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QueuePair,
-    RtrAttr, RtsAttr, qp::QpTypeState,
+use lab::{
+    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QpTypeState,
+    QueuePair, RtrAttr, RtsAttr, state,
 };
 
 /// A chapter's failure: the message printed after `error: `, with exit status 1.
@@ -65,16 +67,16 @@ impl From<&str> for Failure {
 }
 
 /// `?` on a `lab` call: lab's message already names the verb and the errno, and its hints
-/// follow on lines of their own ([`crate::Error::report`]).
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Failure {
+/// follow on lines of their own ([`lab::Error::report`]).
+impl From<lab::Error> for Failure {
+    fn from(e: lab::Error) -> Failure {
         Failure(e.report().to_string())
     }
 }
 
 /// `?` on a failed state transition (the QP it hands back is dropped).
-impl<S: QpTypeState> From<crate::qp::TransitionError<S>> for Failure {
-    fn from(e: crate::qp::TransitionError<S>) -> Failure {
+impl<S: QpTypeState> From<lab::TransitionError<S>> for Failure {
+    fn from(e: lab::TransitionError<S>) -> Failure {
         Failure(e.error().report().to_string())
     }
 }
@@ -110,8 +112,11 @@ failure_from_message!(
     crate::host::HostError,
 );
 
-/// What a chapter's step returns: a value, or a [`Failure`].
-pub type Outcome<T = ()> = std::result::Result<T, Failure>;
+/// What a chapter's step returns: a value, or a [`Failure`]. Every chapter imports it as its
+/// `Result` (`use course::Outcome as Result;`); the error type is a parameter with `Failure`
+/// as its default, so `Result<T, clap::Error>` in the same file is still std's two-parameter
+/// `Result`.
+pub type Outcome<T = (), E = Failure> = std::result::Result<T, E>;
 
 /// `.or_fail(what)`: turns any error a [`Failure`] can be made from into one that reads
 /// `"{what}: {error}"`, where `what` says what the program was doing and the error (a
@@ -164,7 +169,7 @@ pub fn exit_code_of(program: &str, result: Outcome) -> ExitCode {
 
 /// The device a chapter opens: `name` (its `-d` flag) if given, else `$LAB_DEVICE` if set and
 /// not empty, else the first device (`ibv_open_device(3)`).
-pub fn open_device(name: Option<&str>) -> crate::Result<Context> {
+pub fn open_device(name: Option<&str>) -> lab::Result<Context> {
     match name {
         Some(n) => Context::open(Some(n)),
         None => Context::open_default(),
@@ -219,9 +224,9 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// rest is cut off).
 ///
 /// Why the length byte: the receiver cannot tell how much the sender wrote. A REQ's private
-/// data always reaches the server as [`crate::cm::MAX_CONNECT_DATA`] (56) bytes, the IB CM
+/// data always reaches the server as [`lab::cm::MAX_CONNECT_DATA`] (56) bytes, the IB CM
 /// REQ's 92 less rdma_cm's 36-byte header, on RoCE as on InfiniBand, however few the client
-/// wrote; a REJ's arrives as [`crate::cm::MAX_REJECT_DATA`] (148) bytes (chapter 12's
+/// wrote; a REJ's arrives as [`lab::cm::MAX_REJECT_DATA`] (148) bytes (chapter 12's
 /// `--case reject` shows it). Pass the limit of the message it travels in as `room`
 /// (`MAX_CONNECT_DATA` for `rdma_connect`, `MAX_REJECT_DATA` for `rdma_reject`).
 pub fn framed(bytes: &[u8], room: usize) -> Vec<u8> {
@@ -239,6 +244,64 @@ pub fn unframed(data: &[u8]) -> Option<&[u8]> {
     data.get(1..1 + n)
 }
 
+/// Private data that carries numbers: a 4-byte tag that says what follows (`b"RGN1"`), then
+/// each number in network byte order (big-endian). Chapters 09 and 12 send a region this way
+/// in the accept's private data (`Tagged::new(b"RGN1").u64(addr).u32(len).u32(rkey)`), and
+/// the client reads it back with [`Tagged::read`], whatever padding rdma_cm added after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tagged(Vec<u8>);
+
+impl Tagged {
+    /// The tag alone; each number follows it in the order it is added.
+    pub fn new(tag: &[u8; 4]) -> Tagged {
+        Tagged(tag.to_vec())
+    }
+
+    /// `v` next, in 4 bytes.
+    pub fn u32(mut self, v: u32) -> Tagged {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// `v` next, in 8 bytes.
+    pub fn u64(mut self, v: u64) -> Tagged {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// The private data: the tag, then the numbers.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// The numbers after `tag` in `data`, to read in the order they were added; `None` when
+    /// `data` does not start with `tag`.
+    pub fn read<'a>(data: &'a [u8], tag: &[u8; 4]) -> Option<TaggedReader<'a>> {
+        data.strip_prefix(tag.as_slice()).map(TaggedReader)
+    }
+}
+
+/// The numbers of [`Tagged`] private data, in order: each call takes the next one, `None`
+/// once too few bytes are left for it.
+#[derive(Debug, Clone)]
+pub struct TaggedReader<'a>(&'a [u8]);
+
+impl TaggedReader<'_> {
+    /// The next number of 4 bytes.
+    pub fn u32(&mut self) -> Option<u32> {
+        let (n, rest) = self.0.split_first_chunk::<4>()?;
+        self.0 = rest;
+        Some(u32::from_be_bytes(*n))
+    }
+
+    /// The next number of 8 bytes.
+    pub fn u64(&mut self) -> Option<u64> {
+        let (n, rest) = self.0.split_first_chunk::<8>()?;
+        self.0 = rest;
+        Some(u64::from_be_bytes(*n))
+    }
+}
+
 /// The device name [`open_device`] would ask for: `name`, else `$LAB_DEVICE`; `None` means
 /// "the first device".
 pub fn wanted_device(name: Option<&str>) -> Option<String> {
@@ -254,7 +317,7 @@ pub fn connected_pair(
     cq_a: &CompletionQueue,
     cq_b: &CompletionQueue,
     gid: Gid,
-) -> crate::Result<(QueuePair, QueuePair)> {
+) -> lab::Result<(QueuePair, QueuePair)> {
     const PSN_A: u32 = 0x000100;
     const PSN_B: u32 = 0x000200;
     let a = pd.create_qp(&QpInitAttr::rc(cq_a, cq_a))?;
@@ -277,7 +340,7 @@ pub fn connected_pair(
 /// error completion (and a responder on its own, after sending the NAK), so a program that
 /// queries right after polling can still see RTS for an instant: this asks again until the
 /// QP is in ERR or `limit` has passed, then returns the state it is in.
-pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> crate::Result<QpState> {
+pub fn wait_for_err<S: QpTypeState>(qp: &QueuePair<S>, limit: Duration) -> lab::Result<QpState> {
     let start = Instant::now();
     loop {
         let s = qp.state()?;
@@ -323,6 +386,28 @@ pub fn accept_peer(
     };
     oob.send_msg(&mine, timeout)?;
     Ok(Peer { qp, oob, theirs })
+}
+
+/// A server's `count` clients, one connection each: `accept` takes the next one and is told
+/// which it waits for (`"client 2 of 3"`). They come in a racy order, so they are printed
+/// sorted by name, each with our QP number (`  client-1 connected: our qpn=...`), and
+/// returned in that order: the output is the same every run (chapters 09 and 10).
+pub fn accept_clients(
+    count: usize,
+    mut accept: impl FnMut(&str) -> Outcome<Peer>,
+) -> Outcome<Vec<Peer>> {
+    let mut conns: Vec<Peer> = (0..count)
+        .map(|i| accept(&format!("client {} of {count}", i + 1)))
+        .collect::<Outcome<_>>()?;
+    conns.sort_by(|a, b| a.theirs.name.cmp(&b.theirs.name));
+    for c in &conns {
+        println!(
+            "  {} connected: our {}",
+            c.theirs.name,
+            crate::show::qpn(c.qp.qp_num())
+        );
+    }
+    Ok(conns)
 }
 
 /// The client side: send `mine` (its `qpn` set to `qp`'s) to the server at `host:port`,
@@ -398,6 +483,44 @@ pub fn wait_or_kill(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A supervisor's copy of this program, run to its end: [`this_program_again`] with `extra`
+/// (the part it plays: `--worker 2`), stdin closed, stdout and stderr inherited (the harness
+/// reads its lines as they come), waited for at most `limit` ([`wait_or_kill`]). `who` names
+/// the copy in the failures: it could not start, or it was still running at `limit` and was
+/// killed. How it ended (an exit code, or the signal that killed it) is the caller's to judge.
+pub fn run_copy<I, S>(extra: I, who: &str, limit: Duration) -> Outcome<std::process::ExitStatus>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut child = this_program_again(extra)
+        .or_fail("cannot find our own executable")?
+        .stdin(Stdio::null())
+        .spawn()
+        .or_fail_with(|| format!("starting {who}"))?;
+    match wait_or_kill(&mut child, limit).or_fail_with(|| format!("waiting for {who}"))? {
+        Some(status) => Ok(status),
+        None => Err(Failure(format!(
+            "{who} did not end within {} s: killed",
+            limit.as_secs()
+        ))),
+    }
+}
+
+/// Ends this process with SIGKILL, as a crash would: no destructor runs and nothing is said
+/// to the peer; the kernel closes its sockets and destroys its QPs, CQs and MRs. Through
+/// `kill(1)`: std can SIGKILL a child, not its own process. Returns only if the signal did
+/// not kill us, as a failure.
+pub fn crash<T>() -> Outcome<T> {
+    let pid = std::process::id().to_string();
+    Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .or_fail("kill(1)")?;
+    std::thread::sleep(Duration::from_secs(5));
+    Err("SIGKILL did not kill us".into())
 }
 
 /// Waits for each copy (all share one `deadline`) and prints its output in order, each line
@@ -479,10 +602,10 @@ mod tests {
 
     #[test]
     fn framed_private_data_survives_padding() {
-        let mut d = framed(b"client-3", crate::cm::MAX_CONNECT_DATA);
+        let mut d = framed(b"client-3", lab::cm::MAX_CONNECT_DATA);
         assert_eq!(d, b"\x08client-3");
         // rdma_cm hands the server all 56 bytes of a REQ's private data.
-        d.resize(crate::cm::MAX_CONNECT_DATA, 0);
+        d.resize(lab::cm::MAX_CONNECT_DATA, 0);
         assert_eq!(unframed(&d), Some(&b"client-3"[..]));
         assert_eq!(unframed(&framed(b"", 56)), Some(&b""[..]));
         assert_eq!(unframed(b""), None);
@@ -492,11 +615,34 @@ mod tests {
     #[test]
     fn framed_cuts_what_does_not_fit() {
         let long = [b'x'; 300];
-        let d = framed(&long, crate::cm::MAX_CONNECT_DATA);
-        assert_eq!(d.len(), crate::cm::MAX_CONNECT_DATA);
+        let d = framed(&long, lab::cm::MAX_CONNECT_DATA);
+        assert_eq!(d.len(), lab::cm::MAX_CONNECT_DATA);
         assert_eq!(unframed(&d).map(<[u8]>::len), Some(55));
         // One length byte counts 255 at most, whatever the room.
         assert_eq!(unframed(&framed(&long, 1000)).map(<[u8]>::len), Some(255));
+    }
+
+    #[test]
+    fn tagged_numbers_come_back_in_order_whatever_follows() {
+        let d = Tagged::new(b"RGN1")
+            .u64(0x1122_3344_5566_7788)
+            .u32(4096)
+            .u32(0x1234)
+            .into_bytes();
+        assert_eq!(d.len(), 20);
+        assert_eq!(&d[..8], b"RGN1\x11\x22\x33\x44");
+        // rdma_cm pads a REP's private data: what follows the numbers is not read.
+        let mut padded = d.clone();
+        padded.resize(196, 0);
+        let mut r = Tagged::read(&padded, b"RGN1").unwrap();
+        assert_eq!(r.u64(), Some(0x1122_3344_5566_7788));
+        assert_eq!(r.u32(), Some(4096));
+        assert_eq!(r.u32(), Some(0x1234));
+        // Another tag, or too few bytes: no numbers.
+        assert!(Tagged::read(&d, b"TBL1").is_none());
+        let mut short = Tagged::read(&d[..14], b"RGN1").unwrap();
+        assert_eq!(short.u64(), Some(0x1122_3344_5566_7788));
+        assert_eq!(short.u32(), None);
     }
 
     #[test]

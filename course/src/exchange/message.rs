@@ -43,7 +43,7 @@ const WHAT: &str = "lab message";
 const MAX24: u32 = 0xff_ffff;
 
 // The region itself is a verbs-layer type (it describes an MR); the exchange only carries it.
-pub use crate::mr::RemoteRegion;
+pub use lab::RemoteRegion;
 
 /// What one side tells the other about itself: its QP, and the regions it exposes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]

@@ -1,10 +1,10 @@
-//! `lab::show`: every labelled form, its exact text, and that the redaction table of
+//! `course::show`: every labelled form, its exact text, and that the redaction table of
 //! docs/conventions.md §1 recognises it.
 //!
 //! `redacted` below mirrors the harness's table (harness/src/redact.rs) for the forms this
 //! module prints; if the two ever disagree, docs/conventions.md is the contract.
 
-use lab::show::{self, Align, Side, Table};
+use course::show::{self, Align, Side, Table};
 use regex::Regex;
 use rstest::rstest;
 use std::time::Duration;

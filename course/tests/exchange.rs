@@ -1,4 +1,4 @@
-//! `lab::exchange` without any RDMA device: the parsers (table cases and property tests) and
+//! `course::exchange` without any RDMA device: the parsers (table cases and property tests) and
 //! real TCP on 127.0.0.1 with ephemeral ports (peers that close early, never answer, send
 //! truncated, oversized or wrong-version messages, and the C tool's exact bytes).
 //!
@@ -12,7 +12,7 @@
 //! - `pingpong_tcp`: the C tool's exchange sequence over TCP, both roles.
 //! - `lab_tcp`: `Listener` / `OobStream` over TCP, lines, bad peers.
 
-use lab::exchange::{
+use course::exchange::{
     Deadline, Endpoint, ExchangeError, HEADER_LEN, MAGIC, MAX_BODY_LEN, MAX_NAME_LEN, MAX_REGIONS,
     Op, PINGPONG_MSG_LEN, PingpongDest, RemoteRegion, VERSION,
 };
@@ -57,7 +57,7 @@ fn sample_endpoint() -> Endpoint {
 
 mod pingpong_wire {
     use super::*;
-    use lab::exchange::{gid_from_wire, gid_to_wire};
+    use course::exchange::{gid_from_wire, gid_to_wire};
     use rstest::rstest;
 
     #[test]
@@ -225,7 +225,7 @@ mod pingpong_wire {
     #[test]
     fn address_line_is_the_c_tools() {
         assert_eq!(
-            c_dest().address_line(lab::show::Side::Local).to_string(),
+            c_dest().address_line(course::show::Side::Local).to_string(),
             "  local address:  LID 0x0000, QPN 0x000011, PSN 0x1b2c3d, GID ::ffff:10.99.0.1"
         );
     }
@@ -592,7 +592,7 @@ mod props {
 mod pingpong_tcp {
     //! Both roles against a hand-written peer that does exactly what rc_pingpong.c does.
     use super::*;
-    use lab::exchange::{PINGPONG_DONE, PingpongListener, pingpong_client_exchange};
+    use course::exchange::{PINGPONG_DONE, PingpongListener, pingpong_client_exchange};
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::thread;
@@ -917,7 +917,7 @@ mod pingpong_tcp {
 
 mod lab_tcp {
     use super::*;
-    use lab::exchange::{Listener, MAX_LINE_LEN, OobStream};
+    use course::exchange::{Listener, MAX_LINE_LEN, OobStream};
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::thread;
@@ -1340,7 +1340,7 @@ mod tcp_props {
     //! Over real TCP: fragmentation never changes what is received, and arbitrary streams
     //! never panic or hang.
     use super::*;
-    use lab::exchange::{Listener, PingpongListener, pingpong_client_exchange};
+    use course::exchange::{Listener, PingpongListener, pingpong_client_exchange};
     use proptest::prelude::*;
     use std::io::{Read, Write};
     use std::net::TcpStream;
