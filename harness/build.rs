@@ -1,45 +1,66 @@
-//! Compiles the guest agent (agent/agent.rs, std only) with `$RUSTC` alone into a static binary
-//! in OUT_DIR; the harness embeds its bytes (`include_bytes!` of `LAB_AGENT_PATH`) and puts
-//! them in the initramfs, so an installed `cargo-lab` needs nothing of its build tree.
+//! Compiles the guest agent (the workspace's `lab-agent` package, agent/) into a static binary in
+//! OUT_DIR; the harness embeds its bytes (`include_bytes!` of `LAB_AGENT_PATH`) and puts them in
+//! the initramfs, so an installed `cargo-lab` needs nothing of its build tree.
 //!
-//! The agent's one crate is the workspace's `contracts` (std only, no dependencies): it is
-//! compiled first, as an rlib for the same target with the same flags, and given to the
-//! agent with `--extern`.
+//! It runs `$RUSTC` on the crate roots, not a nested cargo. The agent is std only and its one
+//! dependency, `contracts`, has none, so three rustc calls build it: `contracts` and the agent's
+//! library (which holds the runner) as rlibs, then the binary, each for the same target with the
+//! same flags (rustc follows each root's `mod` declarations, so a crate may have many files). A
+//! nested cargo would add what this build must not depend on: a second target dir and lock,
+//! the outer build's environment to sort out (RUSTFLAGS, a wrapper, `--offline`/`--locked` not
+//! passed down), and a profile for a static, abort-on-panic binary, which only the workspace
+//! root's Cargo.toml can set and which would then apply to every crate. The price: a crate
+//! added to agent/Cargo.toml is not seen here, so the agent stays std only plus `contracts`
+//! (its Cargo.toml says so).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The contracts crate's sources, relative to this package.
-const CONTRACTS: &[&str] = &[
-    "../contracts/src/lib.rs",
-    "../contracts/src/failures.rs",
-    "../contracts/src/hints.rs",
-    "../contracts/src/host.rs",
-    "../contracts/src/node.rs",
-    "../contracts/src/proto.rs",
-];
+/// The agent's package and `contracts`, relative to this package.
+const AGENT: &str = "../agent/src";
+const CONTRACTS: &str = "../contracts/src";
 
 fn main() {
-    for f in ["agent/agent.rs", "src/runner.rs"].iter().chain(CONTRACTS) {
-        println!("cargo:rerun-if-changed={f}");
+    // Directories: cargo reruns this script when any file under them changes (a new module
+    // too).
+    for dir in [AGENT, CONTRACTS] {
+        println!("cargo:rerun-if-changed={dir}");
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let contracts = out_dir.join("libcontracts.rlib");
+    let runner = out_dir.join("liblab_agent.rlib");
     let out = out_dir.join("lab-agent");
+    let src = |dir: &str, root: &str| Path::new(dir).join(root);
+    let search = format!("dependency={}", out_dir.display());
+    let with_contracts = format!("contracts={}", contracts.display());
+    let with_runner = format!("lab_agent={}", runner.display());
     rustc(
         "contracts",
         "rlib",
-        Path::new(CONTRACTS[0]),
+        &src(CONTRACTS, "lib.rs"),
         &contracts,
         &[],
     );
-    let extern_arg = format!("contracts={}", contracts.display());
+    rustc(
+        "lab_agent",
+        "rlib",
+        &src(AGENT, "lib.rs"),
+        &runner,
+        &["-L", &search, "--extern", &with_contracts],
+    );
     rustc(
         "lab_agent",
         "bin",
-        Path::new("agent/agent.rs"),
+        &src(AGENT, "main.rs"),
         &out,
-        &["--extern", &extern_arg],
+        &[
+            "-L",
+            &search,
+            "--extern",
+            &with_contracts,
+            "--extern",
+            &with_runner,
+        ],
     );
     println!("cargo:rustc-env=LAB_AGENT_PATH={}", out.display());
 }

@@ -16,7 +16,7 @@
 //! `chapters/exercises.toml`. The CLI lives in `src/main.rs` and [`cli`].
 //!
 //! Errors: one approach, `anyhow`, in the CLI, the providers and the test API (whose messages
-//! are meant to be read whole: what ran, the output so far, the next command). The files shared
+//! are meant to be read whole: what ran, the output so far, the next command). The crates shared
 //! with the guest agent ([`proto`], [`runner`]) are std-only and speak `io::Error` and protocol
 //! statuses.
 //!
@@ -37,8 +37,9 @@ pub mod qmp;
 /// The host <-> agent wire protocol (std only; the guest agent is built with it too).
 pub use contracts::proto;
 pub mod redact;
-/// Runs commands with the protocol's semantics (std only; shared with the guest agent).
-pub mod runner;
+/// Runs commands with the protocol's semantics: the guest agent's own runner (the `lab-agent`
+/// crate), which the native provider uses on the host.
+pub use lab_agent::runner;
 pub mod snapshot;
 pub mod state_dir;
 pub mod testbed;

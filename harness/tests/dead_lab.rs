@@ -21,6 +21,8 @@ fn mark(run: u32) -> String {
     format!("/run/rxe-lab-dead-lab.{}.{run}", std::process::id())
 }
 
+/// The command the lab dies under: its `sleep` is what the test needs (a command that only
+/// the lab's death ends), not a wait.
 fn sleeper(run: u32) -> Vec<Role> {
     vec![
         Role::new(
@@ -53,6 +55,7 @@ fn sleeper_runs(lab: &Testbed, run: u32) -> Result<(), String> {
             Ok(o) => last = format!("test -e: {:?}", o.status),
             Err(e) => last = format!("{e:#}"),
         }
+        // The poll interval of this deadline loop (each look is a command in the guest).
         std::thread::sleep(Duration::from_millis(100));
     }
     Err(format!(

@@ -26,7 +26,10 @@ use std::time::Duration;
 
 const N: usize = 100;
 
-/// Sends N pairs of datagrams (port 4791, port 9) from node a, 1 ms apart.
+/// Sends N pairs of datagrams (port 4791, port 9) from node a, 1 ms apart. The sleep paces
+/// the traffic, it waits for nothing: spread over 100 ms, the stream outlasts netem's 10 ms
+/// reorder delay many times, so a delayed datagram is overtaken by the next ones (in one burst
+/// every delayed datagram would land after all the others: a single inversion).
 const SENDER: &str = r#"
 import socket, sys, time
 n = int(sys.argv[1])
@@ -148,6 +151,7 @@ fn drained(lab: &Testbed, n: Node) {
             std::time::Instant::now() < deadline,
             "node {n}'s qdiscs still hold packets after 10 s:\n{text}"
         );
+        // The poll interval of this deadline loop (each look is a command in the guest).
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -14,13 +14,15 @@ use crate::conn::Conn;
 use crate::vm::{self, Vm};
 use crate::vm_options::VmOptions;
 use crate::wire::cable::Cable;
+use crate::wire::decode::decode_frame;
+use crate::wire::settle::{self, ANSWER_WAIT, Settle};
 use crate::{Node, Topology};
 use crate::{StateDir, qmp};
 use anyhow::{Context as _, Result};
 use contracts::HostRequest;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A booted lab's VMs and what it takes to start one again.
 pub(super) struct Owner {
@@ -97,9 +99,10 @@ impl Owner {
         f().map_err(|e| format!("{e:#}"))
     }
 
-    /// `trace start` (`start`) or `trace stop`: the cable's tap. `stop` waits a moment first
-    /// (the last ACK of what was just done is still on its way), then answers one ladder line
-    /// per RoCE packet.
+    /// `trace start` (`start`) or `trace stop`: the cable's tap. `stop` first waits until every
+    /// request on the tap has its answer there (the last ACK of what was just done may still
+    /// be on its way), for [`ANSWER_WAIT`] at most (an unanswered request is what a fault case
+    /// records: [`settle`]), then answers one ladder line per RoCE packet.
     fn trace(&self, start: bool) -> Result<String, String> {
         let Some(c) = &self.cable else {
             return Err(
@@ -110,12 +113,22 @@ impl Owner {
             c.tap_start();
             Ok("recording the wire".into())
         } else {
-            std::thread::sleep(Duration::from_millis(200));
+            let mut seen = 0;
+            settle::until_answered(&mut Settle::default(), ANSWER_WAIT, |s| {
+                for f in c.tap_since(seen) {
+                    seen += 1;
+                    if let Some(p) = decode_frame(seen, &f) {
+                        s.add(&p);
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("{e:#}"))?;
             let frames = c.tap_stop();
             let packets: Vec<_> = frames
                 .iter()
                 .enumerate()
-                .filter_map(|(i, f)| crate::wire::decode::decode_frame(i + 1, f))
+                .filter_map(|(i, f)| decode_frame(i + 1, f))
                 .collect();
             Ok(crate::wire::ladder::text(&packets))
         }

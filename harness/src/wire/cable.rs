@@ -178,6 +178,17 @@ impl Cable {
         *self.tap.lock().unwrap() = Some(vec![]);
     }
 
+    /// The frames recorded so far from the `from`th on (none when no recording is on): the
+    /// recording goes on.
+    pub fn tap_since(&self, from: usize) -> Vec<Frame> {
+        self.tap
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|t| t.get(from..).unwrap_or_default().to_vec())
+            .unwrap_or_default()
+    }
+
     /// Stops recording; the frames since [`Cable::tap_start`], in the order the relay saw them.
     pub fn tap_stop(&self) -> Vec<Frame> {
         self.tap.lock().unwrap().take().unwrap_or_default()

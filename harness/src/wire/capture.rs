@@ -3,14 +3,28 @@
 //! receives, which on the pair's two-port wire is every frame there is; it costs the guests
 //! nothing (QEMU writes the pcap on the host). A node a killed under the run (chapter 13's
 //! killed-peer) ends the recording with its VM: the file holds what crossed until then.
+//!
+//! Both ends wait on the file, not on a clock: the start until QEMU has written the pcap's
+//! header (or it says what did not happen), the stop until every request in the file has its
+//! answer there too ([`super::settle`]: the last ACK of a run may still be on its way).
 
+use super::decode::{decode_frame, read_pcap_from};
+use super::settle::{self, ANSWER_WAIT, Settle};
 use crate::qmp::{Qmp, json_str};
 use crate::testbed::{Provider, Testbed};
 use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long QEMU may take to write a new capture's pcap header (it does so before it answers
+/// `object-add`: this is a bound, not a wait).
+const HEADER_WAIT: Duration = Duration::from_secs(5);
+
+/// A classic pcap's file header.
+const PCAP_HEADER: u64 = 24;
 
 /// The monitor socket of a node of a VM lab.
 pub fn qmp_sock(lab: &Testbed, node: Node) -> Result<PathBuf> {
@@ -71,20 +85,66 @@ impl Capture {
             ),
         )
         .with_context(|| format!("starting a capture into {}", file.display()))?;
-        Ok(Capture {
+        let capture = Capture {
             sock,
             id,
             file,
             active: true,
-        })
+        };
+        capture.header_written()?;
+        Ok(capture)
     }
 
-    /// Stops the capture (after a short settle, so the last ACK of a run is in) and returns
-    /// the pcap's bytes.
+    /// Waits until the file holds the pcap header QEMU writes when the capture starts.
+    fn header_written(&self) -> Result<()> {
+        let deadline = Instant::now() + HEADER_WAIT;
+        loop {
+            let len = std::fs::metadata(&self.file).map_or(0, |m| m.len());
+            if len >= PCAP_HEADER {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "QEMU took the capture into {} but did not write its pcap header within {} s \
+                     ({len} bytes)",
+                    self.file.display(),
+                    HEADER_WAIT.as_secs()
+                );
+            }
+            // The poll interval of this deadline loop.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Stops the capture once every request in it has its answer there too (or
+    /// [`ANSWER_WAIT`] has passed: an unanswered request is what a fault case records) and
+    /// returns the pcap's bytes.
     pub fn stop(mut self) -> Result<Vec<u8>> {
-        std::thread::sleep(Duration::from_millis(300));
+        self.answered()?;
         self.remove()?;
         std::fs::read(&self.file).with_context(|| format!("reading {}", self.file.display()))
+    }
+
+    /// Follows the file as QEMU writes it until no request waits for its answer, or for
+    /// [`ANSWER_WAIT`].
+    fn answered(&self) -> Result<()> {
+        let mut f = std::fs::File::open(&self.file)
+            .with_context(|| format!("opening the capture {}", self.file.display()))?;
+        let (mut bytes, mut off, mut frames) = (Vec::new(), 0, 0);
+        settle::until_answered(&mut Settle::default(), ANSWER_WAIT, |s| {
+            f.read_to_end(&mut bytes)
+                .with_context(|| format!("reading {}", self.file.display()))?;
+            let (new, next) = read_pcap_from(&bytes, off)?;
+            for frame in &new {
+                if let Some(p) = decode_frame(frames, frame) {
+                    s.add(&p);
+                }
+                frames += 1;
+            }
+            off = next;
+            Ok(())
+        })?;
+        Ok(())
     }
 
     fn remove(&mut self) -> Result<()> {

@@ -22,6 +22,12 @@ pub struct Frame {
 /// Ethernet). A file cut short in the middle of a frame (a capture still being written) ends
 /// at the last whole frame.
 pub fn read_pcap(bytes: &[u8]) -> Result<Vec<Frame>> {
+    Ok(read_pcap_from(bytes, 0)?.0)
+}
+
+/// [`read_pcap`] from byte `from` on (0, or an offset this returned: where a frame starts), and
+/// the offset after the last whole frame: a capture being written is read as it grows.
+pub fn read_pcap_from(bytes: &[u8], from: usize) -> Result<(Vec<Frame>, usize)> {
     if bytes.len() < 24 {
         bail!(
             "not a pcap file: {} bytes, shorter than its header",
@@ -50,7 +56,7 @@ pub fn read_pcap(bytes: &[u8]) -> Result<Vec<Frame>> {
         bail!("pcap link type {link}: only Ethernet (1) is decoded");
     }
     let mut out = vec![];
-    let mut off = 24;
+    let mut off = from.max(24);
     while off + 16 <= bytes.len() {
         let sec = u64::from(u32_at(bytes, off));
         let frac = u64::from(u32_at(bytes, off + 4));
@@ -66,11 +72,11 @@ pub fn read_pcap(bytes: &[u8]) -> Result<Vec<Frame>> {
         });
         off = start + incl;
     }
-    Ok(out)
+    Ok((out, off))
 }
 
 /// Which way a packet went between the pair's nodes (from its source IP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dir {
     /// From node a (10.77.0.1) to node b.
     AtoB,

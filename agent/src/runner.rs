@@ -1,13 +1,12 @@
-// Runs commands for the protocol in contracts/src/proto.rs: the guest agent uses it inside the
-// VM, the native provider on the host. std only (the agent `include!`s this file; its
-// `crate::proto` is the contracts crate's).
-//
-// Each command gets its own process group (so a kill or a timeout takes its children too),
-// stdin closed (or, if its request asks, fed by `Runner::stdin` through a writer thread that
-// never blocks the caller), stdout and stderr forwarded in chunks as they come, then one Exit
-// reply, sent only after both pipes are drained.
+//! Runs commands for the protocol in contracts/src/proto.rs: the guest agent uses it inside the
+//! VM, the harness's native provider on the host (through `harness::runner`). Std only.
+//!
+//! Each command gets its own process group (so a kill or a timeout takes its children too),
+//! stdin closed (or, if its request asks, fed by [`Runner::stdin`] through a writer thread that
+//! never blocks the caller), stdout and stderr forwarded in chunks as they come, then one Exit
+//! reply, sent only after both pipes are drained.
 
-use crate::proto::{CHUNK, ExitStatus, Reply, RunRequest};
+use contracts::proto::{CHUNK, ExitStatus, Reply, RunRequest};
 use std::collections::HashMap;
 use std::io::Read as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -286,5 +285,108 @@ impl Runner {
     /// Ids of the commands still running.
     pub fn running(&self) -> Vec<u32> {
         self.procs.lock().unwrap().keys().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use contracts::proto::RunRequest;
+
+    /// A runner whose replies come back on a channel.
+    fn runner() -> (Runner, mpsc::Receiver<Reply>) {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let sink: Sink = Arc::new(move |r| {
+            let _ = tx.lock().unwrap().send(r);
+        });
+        (Runner::new(sink, None), rx)
+    }
+
+    fn req(id: u32, argv: &[&str]) -> RunRequest {
+        RunRequest {
+            id,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            ..RunRequest::default()
+        }
+    }
+
+    /// Its stdout, its stderr and its exit status, once the Exit reply came.
+    fn outcome(rx: &mpsc::Receiver<Reply>, id: u32) -> (String, String, ExitStatus) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)).expect("a reply") {
+                Reply::Stdout { id: i, data } if i == id => out.extend(data),
+                Reply::Stderr { id: i, data } if i == id => err.extend(data),
+                Reply::Exit { id: i, status } if i == id => {
+                    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+                    return (text(out), text(err), status);
+                }
+                other => panic!("unexpected reply {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn output_then_one_exit_with_the_code() {
+        let (r, rx) = runner();
+        r.run(req(1, &["sh", "-c", "echo out; echo err >&2; exit 3"]));
+        assert_eq!(
+            outcome(&rx, 1),
+            ("out\n".into(), "err\n".into(), ExitStatus::Code(3))
+        );
+        assert!(r.running().is_empty());
+    }
+
+    #[test]
+    fn what_cannot_start_is_a_spawn_failure() {
+        let (r, rx) = runner();
+        r.run(req(1, &[]));
+        assert_eq!(
+            outcome(&rx, 1).2,
+            ExitStatus::SpawnFailed("empty command".into())
+        );
+        r.run(RunRequest {
+            cwd: "/no/such/dir".into(),
+            ..req(2, &["true"])
+        });
+        assert_eq!(
+            outcome(&rx, 2).2,
+            ExitStatus::SpawnFailed("working directory /no/such/dir does not exist here".into())
+        );
+        r.run(req(3, &["/no/such/program"]));
+        assert!(
+            matches!(outcome(&rx, 3).2, ExitStatus::SpawnFailed(m) if m.starts_with("/no/such/program: "))
+        );
+    }
+
+    #[test]
+    fn the_deadline_kills_the_whole_group() {
+        let (r, rx) = runner();
+        // The shell's child holds the pipes too: it must die with the group, or the Exit
+        // would wait for it.
+        r.run(RunRequest {
+            timeout_ms: 200,
+            ..req(1, &["sh", "-c", "sleep 60 & wait"])
+        });
+        assert_eq!(outcome(&rx, 1).2, ExitStatus::TimedOut);
+    }
+
+    #[test]
+    fn stdin_is_fed_then_closed_and_kill_ends_a_command() {
+        let (r, rx) = runner();
+        r.run(RunRequest {
+            stdin: true,
+            ..req(1, &["cat"])
+        });
+        r.stdin(1, b"hello".to_vec());
+        r.stdin(1, Vec::new());
+        assert_eq!(
+            outcome(&rx, 1),
+            ("hello".into(), String::new(), ExitStatus::Code(0))
+        );
+        r.run(req(2, &["sleep", "60"]));
+        r.kill(2);
+        assert_eq!(outcome(&rx, 2).2, ExitStatus::Signal(9));
     }
 }
