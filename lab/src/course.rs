@@ -28,8 +28,10 @@
 //!   [`connect_peer`] (client), once chapter 07 has shown the steps.
 //! - [`done`]: the last line of a role.
 
+use std::ffi::OsString;
 use std::fmt::{self, Display};
-use std::process::{Command, ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::exchange::{Endpoint, Listener, OobStream};
@@ -329,13 +331,7 @@ pub fn connect_peer(
 /// collected: one process per client.
 pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running>> {
     (0..count)
-        .map(|i| {
-            let mut cmd = this_program_again([index_flag, &i.to_string()])?;
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            Running::spawn(cmd)
-        })
+        .map(|i| Running::start(this_program_again([index_flag, &i.to_string()])?))
         .collect()
 }
 
@@ -344,37 +340,29 @@ pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running
 /// which part it plays (`--index 2`, `--worker 1`). A chapter that must show a process
 /// dying (SIGKILL, as a crash would) without dying itself runs that part this way: the
 /// parent stays, sees how the child ended (`ExitStatusExt::signal`), and can start another.
-/// The caller sets stdin and the pipes, then spawns and waits (with a deadline).
-pub fn this_program_again<I, S>(extra: I) -> std::io::Result<Command>
+/// The command is [`unchecked`](duct::Expression::unchecked): how the copy ended is the
+/// caller's to judge. The caller sets stdin and the pipes, then starts it and waits with a
+/// deadline ([`crate::process::wait_or_kill`]).
+pub fn this_program_again<I, S>(extra: I) -> std::io::Result<duct::Expression>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(std::env::args_os().skip(1)).args(extra);
-    Ok(cmd)
+    let (exe, args) = again_argv(extra)?;
+    Ok(duct::cmd(exe, args).unchecked())
 }
 
-/// Waits for a child process (one [`this_program_again`] started) for at most `limit`. Past
-/// it, the child is killed and reaped, and the result is `None`: a supervisor never waits
-/// forever on a copy that hangs. std has no wait with a timeout, so this polls `try_wait`
-/// every 50 ms.
-pub fn wait_or_kill(
-    child: &mut std::process::Child,
-    limit: Duration,
-) -> std::io::Result<Option<std::process::ExitStatus>> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait()? {
-            return Ok(Some(st));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The program and the arguments of [`this_program_again`].
+fn again_argv<I, S>(extra: I) -> std::io::Result<(PathBuf, Vec<OsString>)>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args = std::env::args_os()
+        .skip(1)
+        .chain(extra.into_iter().map(|a| a.as_ref().to_os_string()))
+        .collect();
+    Ok((std::env::current_exe()?, args))
 }
 
 /// Waits for each copy (all share one `deadline`) and prints its output in order, each line
@@ -478,10 +466,10 @@ mod tests {
 
     #[test]
     fn this_program_again_keeps_our_arguments_then_adds() {
-        let cmd = this_program_again(["--worker", "2"]).unwrap();
-        assert_eq!(cmd.get_program(), std::env::current_exe().unwrap());
+        let (exe, args) = again_argv(["--worker", "2"]).unwrap();
+        assert_eq!(exe, std::env::current_exe().unwrap());
         let ours: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-        let args: Vec<&std::ffi::OsStr> = cmd.get_args().collect();
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
         assert_eq!(args.len(), ours.len() + 2);
         assert_eq!(
             args[..ours.len()],

@@ -49,7 +49,7 @@
 //! | [`tree`] | | [`tree::OBJECTS`]: the object tree as data, [`tree::teardown_order`] |
 //! | [`show`] | | the one formatting module for labelled identifiers; [`say!`] wrapped lines |
 //! | [`perf`] | (`rdtsc`, `sched_setaffinity(2)`) | [`perf::tsc_hz`], [`perf::set_affinity`]: checking a cycle clock, pinning a thread |
-//! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline |
+//! | [`process`] | | [`process::Running`]: a child process with collected output and a deadline; [`process::wait_or_kill`]: a deadline for any child (on duct) |
 //! | [`host`] | (the lab's `LAB_HOST` socket) | [`host::ask`]: what a program in a VM asks the lab's host (freeze, kill, restart the peer) |
 //! | [`course`] | | what every chapter repeats: `Failure`/`or_fail`, opening the device, a connected pair, FNV-1a checksums, framed private data |
 //! | [`kernel`] | (`uname(2)`) | [`kernel::KernelVersion`], [`kernel::RxeChange`]: where rxe's behaviour changed between kernels |

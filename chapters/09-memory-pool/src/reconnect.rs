@@ -26,13 +26,14 @@ pub(crate) fn supervisor() -> Result<bool> {
             }
         );
         // stdout is inherited: the harness must see "listening on" while the server runs.
-        let mut child = lab::course::this_program_again(["--server-round", &n.to_string()])
+        let child = lab::course::this_program_again(["--server-round", &n.to_string()])
             .or_fail("cannot find our own executable")?
-            .stdin(std::process::Stdio::null())
-            .spawn()
+            .stdin_null()
+            .start()
             .or_fail("starting a server process")?;
-        let Some(status) = lab::course::wait_or_kill(&mut child, WORK + CONNECT)
+        let Some(status) = lab::process::wait_or_kill(&child, WORK + CONNECT)
             .or_fail("waiting for a server process")?
+            .map(|out| out.status)
         else {
             return Err(format!(
                 "server {n} did not end within {} s: killed",
@@ -108,9 +109,9 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
         );
         // SIGKILL, as a crash would: no destructor runs, the kernel cleans up.
         let pid = std::process::id().to_string();
-        std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
+        duct::cmd("kill", ["-KILL", &pid])
+            .unchecked()
+            .run()
             .or_fail("kill(1)")?;
         std::thread::sleep(Duration::from_secs(5));
         return Err("SIGKILL did not kill us".into());

@@ -13,7 +13,6 @@ use lab::show;
 use lab::{RecvWr, SendWr, state};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::time::Duration;
 
 /// `--case peer-killed` and `--case reconnect`: the server runs as workers, each one process,
@@ -26,15 +25,16 @@ pub(crate) fn supervisor(o: &Opts) -> Result {
     };
     for n in 1..=rounds {
         println!("supervisor: starting server worker {n}");
-        let mut child = lab::course::this_program_again(["--worker", &n.to_string()])
+        let child = lab::course::this_program_again(["--worker", &n.to_string()])
             .or_fail("cannot find our own executable")?
-            .spawn()
+            .start()
             .or_fail("cannot start a worker")?;
         // Every wait of a worker ends within --timeout, and a run takes seconds; a worker
         // still running after ten of those is stuck, and the supervisor gives up on it.
         let limit = 10 * timeout(o);
-        let Some(status) =
-            lab::course::wait_or_kill(&mut child, limit).or_fail("waiting for a worker")?
+        let Some(status) = lab::process::wait_or_kill(&child, limit)
+            .or_fail("waiting for a worker")?
+            .map(|out| out.status)
         else {
             return Err(lab::course::Failure(format!(
                 "worker {n} did not end within {} s: killed",
@@ -140,9 +140,9 @@ pub(crate) fn accept(role: &str, step: u32, c: &Conn, data: &[u8], t: Duration) 
 pub(crate) fn kill_myself(role: &str) -> Result {
     println!("{role}: killing this process with SIGKILL, as a crash would");
     let pid = std::process::id().to_string();
-    Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
+    duct::cmd("kill", ["-KILL", &pid])
+        .unchecked()
+        .run()
         .or_fail("kill(1)")?;
     std::thread::sleep(Duration::from_secs(5));
     Err("SIGKILL did not kill us".into())

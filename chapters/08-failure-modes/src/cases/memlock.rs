@@ -8,8 +8,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lab::*;
 
@@ -81,32 +80,26 @@ fn spawn_child(who: &str, drop_to_nobody: bool) -> R<i32> {
     } else {
         None
     };
-    let mut cmd = Command::new(&exe);
-    cmd.arg(CHILD_FLAG).arg(who);
+    // The child prints its own lines (indented) to our stdout; how it ended is ours to judge.
+    let mut cmd = duct::cmd(&exe, [CHILD_FLAG, who]).unchecked();
     if drop_to_nobody {
         // std calls setgroups(0), setgid, setuid in the child before exec: no unsafe needed.
-        cmd.uid(NOBODY).gid(NOBODY).current_dir("/");
+        cmd = cmd.dir("/").before_spawn(|c| {
+            c.uid(NOBODY).gid(NOBODY);
+            Ok(())
+        });
     }
-    let spawned = cmd.spawn();
-    let result = spawned.map_err(Into::into).and_then(wait_child);
+    let result = cmd.start().map_err(Into::into).and_then(wait_child);
     if let Some(dir) = copy {
         let _ = std::fs::remove_dir_all(dir);
     }
     result
 }
 
-fn wait_child(mut child: std::process::Child) -> R<i32> {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status.code().unwrap_or(-1));
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("the memlock child did not finish within 60 s; killed it".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+fn wait_child(child: duct::Handle) -> R<i32> {
+    match lab::process::wait_or_kill(&child, Duration::from_secs(60))? {
+        Some(out) => Ok(out.status.code().unwrap_or(-1)),
+        None => Err("the memlock child did not finish within 60 s; killed it".into()),
     }
 }
 
