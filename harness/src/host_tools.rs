@@ -172,7 +172,10 @@ mod tests {
             // then end.
             at_exit("read -r _; : > \"$1\"", &[&mark]);
             std::thread::sleep(Duration::from_millis(300));
-            assert!(!Path::new(&mark).exists(), "ran while its process was alive");
+            assert!(
+                !Path::new(&mark).exists(),
+                "ran while its process was alive"
+            );
             return;
         }
         let dir = tempfile::tempdir().unwrap();
