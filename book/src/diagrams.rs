@@ -12,12 +12,12 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use contracts::failures;
 use contracts::verbs::{QpState, tree};
+use harness::host_tools::captured_within;
 
 /// The names [`render`] knows.
 pub const NAMES: &[&str] = &["qp-states", "objects", "failures"];
@@ -34,34 +34,24 @@ pub fn render(_repo: &Path, name: &str) -> Result<String> {
     svg(&dot).with_context(|| format!("diagram {name}"))
 }
 
-/// Runs `dot -Tsvg` on a graph, with a deadline (the graph goes through a file, so the one
-/// child-with-a-deadline helper, [`course::process::Running`], can collect the output).
+/// Runs `dot -Tsvg` on a graph (given on its stdin), with a deadline.
 pub fn svg(dot: &str) -> Result<String> {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let file = std::env::temp_dir().join(format!("rxe-lab-book-{}-{n}.dot", std::process::id()));
-    std::fs::write(&file, dot).with_context(|| format!("writing {}", file.display()))?;
-    let mut cmd = Command::new("dot");
-    cmd.arg("-Tsvg")
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let run = course::process::Running::spawn(cmd);
-    let result = run
-        .context(
-            "running Graphviz's dot (not installed?)\n  fix: scripts/setup.sh --book \
-             (installs the graphviz package)",
-        )
-        .and_then(|mut child| {
-            let (code, out, err) = child.finish(Instant::now() + Duration::from_secs(60));
-            if code != 0 {
-                bail!("dot failed (exit {code}; -1: killed after 60 s): {err}");
-            }
-            Ok(out)
-        });
-    let _ = std::fs::remove_file(&file);
-    result
+    let cmd = duct::cmd("dot", ["-Tsvg"]).stdin_bytes(dot);
+    let done = captured_within(cmd, Duration::from_secs(60)).context(
+        "running Graphviz's dot (not installed?)\n  fix: scripts/setup.sh --book \
+         (installs the graphviz package)",
+    )?;
+    let Some(done) = done else {
+        bail!("dot did not finish within 60 s: killed");
+    };
+    if !done.status.success() {
+        bail!(
+            "dot failed ({}): {}",
+            done.status,
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&done.stdout).into_owned())
 }
 
 const STATES: &[QpState] = QpState::ALL;

@@ -25,12 +25,14 @@
 pub mod diagrams;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
-use std::process::Command;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use harness::host_tools::{captured, captured_within};
 use regex::Regex;
 
 /// The mdBook the book is built with (installed by `scripts/setup.sh --dev` from crates.io).
@@ -60,7 +62,7 @@ pub fn mdbook() -> Result<PathBuf> {
     candidates.push(pinned_mdbook_path());
     candidates.push("mdbook".into());
     for c in candidates {
-        match Command::new(&c).arg("--version").output() {
+        match captured(duct::cmd(&c, ["--version"])) {
             Ok(o) if o.status.success() => {
                 let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
                 if v == format!("mdbook v{MDBOOK_VERSION}") {
@@ -91,21 +93,29 @@ pub fn build(repo: &Path, out: &Path) -> Result<PathBuf> {
     let src = out.with_extension("src");
     generate(repo, &src)?;
     let mdbook = mdbook()?;
-    let mut cmd = Command::new(&mdbook);
-    cmd.arg("build")
-        .arg(&src)
-        .arg("-d")
-        .arg(absolute(out)?)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    // The one child-with-a-deadline helper: a render takes about a second here.
-    let mut child = course::process::Running::spawn(cmd)
-        .with_context(|| format!("running {}", mdbook.display()))?;
-    let (code, stdout, stderr) =
-        child.finish(std::time::Instant::now() + std::time::Duration::from_secs(300));
-    if code != 0 {
-        bail!("mdbook build failed (exit {code}; -1: killed after 300 s):\n{stdout}{stderr}");
+    let out = absolute(out)?;
+    let cmd = duct::cmd(
+        &mdbook,
+        [
+            OsStr::new("build"),
+            src.as_ref(),
+            "-d".as_ref(),
+            out.as_ref(),
+        ],
+    );
+    // A render takes about a second here; one still running after 300 s is killed.
+    let Some(done) = captured_within(cmd, Duration::from_secs(300))
+        .with_context(|| format!("running {}", mdbook.display()))?
+    else {
+        bail!("mdbook build did not finish within 300 s: killed");
+    };
+    if !done.status.success() {
+        bail!(
+            "mdbook build failed ({}):\n{}{}",
+            done.status,
+            String::from_utf8_lossy(&done.stdout),
+            String::from_utf8_lossy(&done.stderr)
+        );
     }
     Ok(src)
 }

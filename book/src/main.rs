@@ -8,8 +8,9 @@
 //!                                         seconds if given
 //! ```
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
@@ -71,28 +72,48 @@ fn run() -> Result<()> {
 /// every second: the inputs are spread over the repository).
 fn serve(repo: &Path, out: &Path, port: u16, secs: Option<u64>) -> Result<()> {
     let src = rxe_lab_book::build(repo, out)?;
-    let mut child = Command::new(rxe_lab_book::mdbook()?)
-        .arg("serve")
-        .arg(&src)
-        .arg("-d")
-        .arg(out)
-        .args(["-n", "127.0.0.1", "-p", &port.to_string()])
-        .spawn()
+    let port_arg = port.to_string();
+    let args = [
+        OsStr::new("serve"),
+        src.as_ref(),
+        "-d".as_ref(),
+        out.as_ref(),
+        "-n".as_ref(),
+        "127.0.0.1".as_ref(),
+        "-p".as_ref(),
+        port_arg.as_ref(),
+    ];
+    // Its output streams to ours; how it ended is an answer (`unchecked`).
+    let child = duct::cmd(rxe_lab_book::mdbook()?, args)
+        .unchecked()
+        .start()
         .context("starting mdbook serve")?;
     println!("book: serving http://127.0.0.1:{port}/ (Ctrl-C stops)");
+    let served = watch(repo, &src, &child, port, secs);
+    // Never left running, whatever ended the watch.
+    harness::host_tools::kill_and_reap(&child);
+    served
+}
+
+/// Re-generates the book whenever a source changes, until `secs` have passed (if given) or
+/// mdbook exits.
+fn watch(
+    repo: &Path,
+    src: &Path,
+    child: &duct::Handle,
+    port: u16,
+    secs: Option<u64>,
+) -> Result<()> {
     let until = secs.map(|s| Instant::now() + Duration::from_secs(s));
     let mut last = fingerprint(repo);
     loop {
         std::thread::sleep(Duration::from_secs(1));
-        if let Some(st) = child.try_wait()? {
-            bail!("mdbook serve exited: {st}");
+        if let Some(done) = child.try_wait().context("waiting for mdbook serve")? {
+            bail!("mdbook serve exited: {}", done.status);
         }
         if until.is_some_and(|u| Instant::now() >= u) {
-            // Check that it really served before stopping it.
-            let ok = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            let _ = child.kill();
-            let _ = child.wait();
-            if !ok {
+            // Check that it really served before it is stopped.
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
                 bail!("mdbook serve did not listen on 127.0.0.1:{port}");
             }
             println!("book: stopped after {}s", secs.unwrap());
@@ -101,7 +122,7 @@ fn serve(repo: &Path, out: &Path, port: u16, secs: Option<u64>) -> Result<()> {
         let now = fingerprint(repo);
         if now != last {
             last = now;
-            if let Err(e) = rxe_lab_book::regenerate(repo, &src) {
+            if let Err(e) = rxe_lab_book::regenerate(repo, src) {
                 eprintln!("book: {e:#}");
             }
         }

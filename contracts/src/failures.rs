@@ -70,7 +70,7 @@ pub struct FailureCase {
     pub summary: &'static str,
     /// What rxe in Linux 6.1 produces: the summary table's "what rxe produces" column.
     pub outcome: Outcome,
-    /// Where rxe changed: the change's name (`lab::kernel::RxeChange::name`) and what the
+    /// Where rxe changed: the change's name (`course::kernel::RxeChange::name`) and what the
     /// kernels it holds on produce (docs/rxe-observed.md, "On later kernels").
     pub later: Option<(&'static str, Outcome)>,
     /// The hint `lab`'s error carries when the mistake fails a verb (the errno cases); `None`

@@ -31,12 +31,14 @@
 //!   server's several clients, printed in a stable order.
 //! - [`done`]: the last line of a role.
 
+use std::ffi::OsString;
 use std::fmt::{self, Display};
-use std::process::{Command, ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::exchange::{Endpoint, Listener, OobStream};
-use crate::process::Running;
+use crate::process::{Running, wait_or_kill};
 use lab::{
     CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QpTypeState,
     QueuePair, RtrAttr, RtsAttr, state,
@@ -437,13 +439,7 @@ pub fn connect_peer(
 /// collected: one process per client.
 pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running>> {
     (0..count)
-        .map(|i| {
-            let mut cmd = this_program_again([index_flag, &i.to_string()])?;
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            Running::spawn(cmd)
-        })
+        .map(|i| Running::start(this_program_again([index_flag, &i.to_string()])?))
         .collect()
 }
 
@@ -452,37 +448,29 @@ pub fn spawn_copies(count: u32, index_flag: &str) -> std::io::Result<Vec<Running
 /// which part it plays (`--index 2`, `--worker 1`). A chapter that must show a process
 /// dying (SIGKILL, as a crash would) without dying itself runs that part this way: the
 /// parent stays, sees how the child ended (`ExitStatusExt::signal`), and can start another.
-/// The caller sets stdin and the pipes, then spawns and waits (with a deadline).
-pub fn this_program_again<I, S>(extra: I) -> std::io::Result<Command>
+/// The command is [`unchecked`](duct::Expression::unchecked): how the copy ended is the
+/// caller's to judge. The caller sets stdin and the pipes, then starts it and waits with a
+/// deadline ([`crate::process::wait_or_kill`]).
+pub fn this_program_again<I, S>(extra: I) -> std::io::Result<duct::Expression>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(std::env::args_os().skip(1)).args(extra);
-    Ok(cmd)
+    let (exe, args) = again_argv(extra)?;
+    Ok(duct::cmd(exe, args).unchecked())
 }
 
-/// Waits for a child process (one [`this_program_again`] started) for at most `limit`. Past
-/// it, the child is killed and reaped, and the result is `None`: a supervisor never waits
-/// forever on a copy that hangs. std has no wait with a timeout, so this polls `try_wait`
-/// every 50 ms.
-pub fn wait_or_kill(
-    child: &mut std::process::Child,
-    limit: Duration,
-) -> std::io::Result<Option<std::process::ExitStatus>> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait()? {
-            return Ok(Some(st));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The program and the arguments of [`this_program_again`].
+fn again_argv<I, S>(extra: I) -> std::io::Result<(PathBuf, Vec<OsString>)>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args = std::env::args_os()
+        .skip(1)
+        .chain(extra.into_iter().map(|a| a.as_ref().to_os_string()))
+        .collect();
+    Ok((std::env::current_exe()?, args))
 }
 
 /// A supervisor's copy of this program, run to its end: [`this_program_again`] with `extra`
@@ -495,13 +483,13 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut child = this_program_again(extra)
+    let child = this_program_again(extra)
         .or_fail("cannot find our own executable")?
-        .stdin(Stdio::null())
-        .spawn()
+        .stdin_null()
+        .start()
         .or_fail_with(|| format!("starting {who}"))?;
-    match wait_or_kill(&mut child, limit).or_fail_with(|| format!("waiting for {who}"))? {
-        Some(status) => Ok(status),
+    match wait_or_kill(&child, limit).or_fail_with(|| format!("waiting for {who}"))? {
+        Some(out) => Ok(out.status),
         None => Err(Failure(format!(
             "{who} did not end within {} s: killed",
             limit.as_secs()
@@ -515,9 +503,9 @@ where
 /// not kill us, as a failure.
 pub fn crash<T>() -> Outcome<T> {
     let pid = std::process::id().to_string();
-    Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
+    duct::cmd("kill", ["-KILL", &pid])
+        .unchecked()
+        .run()
         .or_fail("kill(1)")?;
     std::thread::sleep(Duration::from_secs(5));
     Err("SIGKILL did not kill us".into())
@@ -647,10 +635,10 @@ mod tests {
 
     #[test]
     fn this_program_again_keeps_our_arguments_then_adds() {
-        let cmd = this_program_again(["--worker", "2"]).unwrap();
-        assert_eq!(cmd.get_program(), std::env::current_exe().unwrap());
+        let (exe, args) = again_argv(["--worker", "2"]).unwrap();
+        assert_eq!(exe, std::env::current_exe().unwrap());
         let ours: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-        let args: Vec<&std::ffi::OsStr> = cmd.get_args().collect();
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
         assert_eq!(args.len(), ours.len() + 2);
         assert_eq!(
             args[..ours.len()],

@@ -33,6 +33,7 @@ pub use common::{
     Failure, OrFail, Outcome, Peer, Tagged, TaggedReader, accept_clients, accept_peer, client_role,
     connect_peer, connected_pair, crash, done, exit_code, exit_code_of, expect, fnv1a32, fnv1a64,
     framed, open_device, random_psn, report_copies, run_copy, rxe_address, spawn_copies,
-    this_program_again, unframed, wait_for_err, wait_or_kill, wanted_device,
+    this_program_again, unframed, wait_for_err, wanted_device,
 };
 pub use pool::{AsyncPool, PoolOp, RemotePool, Ticket, join_all};
+pub use process::wait_or_kill;

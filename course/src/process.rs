@@ -1,30 +1,64 @@
-//! `course::process`: a child process run with a deadline.
+//! `course::process`: child processes run with a deadline, on [`duct`].
 //!
 //! Some chapters start copies of themselves (one process per client, each with its own QP) and
 //! then print what each one said ([`crate::spawn_copies`]). [`Running`] is the
-//! plumbing for that, on [`duct`]: the child's stdout and stderr are captured by duct's reader
-//! threads while it runs, so a chatty child never blocks on a full pipe, and
-//! [`Running::finish`] waits with a deadline: a child still running then is killed, and so is
-//! one whose [`Running`] is dropped unfinished.
-//! Like every wait in `lab`, it never waits forever.
+//! plumbing for that: the child's stdout and stderr are captured by duct's reader threads
+//! while it runs, so a chatty child never blocks on a full pipe, and [`Running::finish`] waits
+//! with a deadline: a child still running then is killed, and so is one whose [`Running`] is
+//! dropped unfinished. [`wait_or_kill`] is the same wait for a child whose output goes where
+//! its [`duct::Expression`] says (a supervisor's workers print straight to our stdout).
+//! Like every wait in the course, they never wait forever.
+//!
+//! The deadline is a poll of duct's `try_wait`: duct's own `wait_timeout` would install a
+//! process-wide SIGCHLD handler in the chapter program.
 //!
 //! ```
-//! use std::process::{Command, Stdio};
 //! use std::time::{Duration, Instant};
 //!
-//! let mut cmd = Command::new("sh");
-//! cmd.args(["-c", "echo hello; echo oops >&2; exit 3"])
-//!     .stdin(Stdio::null())
-//!     .stdout(Stdio::piped())
-//!     .stderr(Stdio::piped());
-//! let mut child = course::process::Running::spawn(cmd)?;
+//! let sh = duct::cmd("sh", ["-c", "echo hello; echo oops >&2; exit 3"]);
+//! let mut child = course::process::Running::start(sh)?;
 //! let (code, out, err) = child.finish(Instant::now() + Duration::from_secs(10));
 //! assert_eq!((code, out.as_str(), err.as_str()), (3, "hello\n", "oops\n"));
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use std::process::Command;
+use std::process::Output;
 use std::time::{Duration, Instant};
+
+/// How long a killed child may take to be reaped (and its output threads to end) before the
+/// wait gives up on it: a grandchild that inherited the pipes could hold them open.
+const REAP: Duration = Duration::from_secs(5);
+
+/// Waits for `child` until `limit` has passed; past it, the child is killed and reaped, and
+/// the result is `None`: a supervisor never waits forever on a copy that hangs. The child's
+/// expression must be [`unchecked`](duct::Expression::unchecked) (its exit status, a signal
+/// included, is the caller's to judge); otherwise duct reports a failed exit as an error.
+pub fn wait_or_kill(child: &duct::Handle, limit: Duration) -> std::io::Result<Option<Output>> {
+    if let Some(out) = poll_until(child, Instant::now() + limit)? {
+        return Ok(Some(out));
+    }
+    kill(child);
+    Ok(None)
+}
+
+/// Kills `child` and waits a little ([`REAP`]) for it to be reaped.
+fn kill(child: &duct::Handle) {
+    let _ = child.kill();
+    let _ = poll_until(child, Instant::now() + REAP);
+}
+
+/// `child`'s output once it has exited and its output is all read, or `None` at `deadline`.
+fn poll_until(child: &duct::Handle, deadline: Instant) -> std::io::Result<Option<Output>> {
+    loop {
+        if let Some(out) = child.try_wait()? {
+            return Ok(Some(out.clone()));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// A worker process whose stdout and stderr are captured (so a chatty child never blocks on a
 /// full pipe) and which is killed if it outlives its deadline or its `Running` is dropped.
@@ -34,23 +68,11 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts `cmd` (its program, arguments, environment changes and directory) with stdin
-    /// closed, and starts collecting its stdout and stderr.
-    ///
-    /// The callers build a [`Command`] with stdin null and stdout and stderr piped; `Running`
-    /// gives the child exactly that, whatever `cmd` says about its stdio.
-    pub fn spawn(cmd: Command) -> std::io::Result<Running> {
-        let mut expr = duct::cmd(cmd.get_program(), cmd.get_args());
-        for (key, value) in cmd.get_envs() {
-            expr = match value {
-                Some(value) => expr.env(key, value),
-                None => expr.env_remove(key),
-            };
-        }
-        if let Some(dir) = cmd.get_current_dir() {
-            expr = expr.dir(dir);
-        }
-        let handle = expr
+    /// Starts `cmd` (its program, arguments, environment and directory) with stdin closed, and
+    /// starts collecting its stdout and stderr; whatever `cmd` said about its stdio, the child
+    /// gets exactly that. Its exit status is [`finish`](Running::finish)'s to report.
+    pub fn start(cmd: duct::Expression) -> std::io::Result<Running> {
+        let handle = cmd
             .stdin_null()
             .stdout_capture()
             .stderr_capture()
@@ -63,20 +85,15 @@ impl Running {
     /// code (-1 if killed or ended by a signal), stdout and stderr. A killed process's stderr
     /// ends with the line `killed: still running at the deadline`.
     pub fn finish(&mut self, deadline: Instant) -> (i32, String, String) {
-        // duct's `try_wait` answers once the child has exited and its output is all read.
-        loop {
-            match self.handle.try_wait() {
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Ok(Some(_)) => break,
-                _ => {
-                    let _ = self.handle.kill();
-                    break;
-                }
+        let finished = match poll_until(&self.handle, deadline) {
+            Ok(Some(out)) => Some(out),
+            _ => {
+                kill(&self.handle);
+                // What it wrote before it was killed, if its output threads have ended.
+                self.handle.try_wait().ok().flatten().cloned()
             }
-        }
-        let Ok(output) = self.handle.wait() else {
+        };
+        let Some(output) = finished else {
             return (
                 -1,
                 String::new(),
@@ -94,32 +111,26 @@ impl Running {
 }
 
 impl Drop for Running {
-    /// A child nobody waits for any more is killed (duct reaps it).
+    /// A child nobody waits for any more is killed (and reaped, within [`REAP`]).
     fn drop(&mut self) {
         if let Ok(None) = self.handle.try_wait() {
-            let _ = self.handle.kill();
+            kill(&self.handle);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Running;
-    use std::process::{Command, Stdio};
+    use super::{Running, wait_or_kill};
     use std::time::{Duration, Instant};
 
-    fn sh(script: &str) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd
+    fn sh(script: &str) -> duct::Expression {
+        duct::cmd("sh", ["-c", script])
     }
 
     #[test]
     fn collects_exit_code_and_both_streams() {
-        let mut r = Running::spawn(sh("echo out; echo err >&2; exit 7")).unwrap();
+        let mut r = Running::start(sh("echo out; echo err >&2; exit 7")).unwrap();
         let (code, out, err) = r.finish(Instant::now() + Duration::from_secs(30));
         assert_eq!((code, out.as_str(), err.as_str()), (7, "out\n", "err\n"));
     }
@@ -129,7 +140,7 @@ mod tests {
         // Far more than a pipe buffer (64 KiB) on each stream.
         let script =
             "i=0; while [ $i -lt 20000 ]; do echo 0123456789; echo x >&2; i=$((i+1)); done";
-        let mut r = Running::spawn(sh(script)).unwrap();
+        let mut r = Running::start(sh(script)).unwrap();
         let (code, out, err) = r.finish(Instant::now() + Duration::from_secs(60));
         assert_eq!(code, 0);
         assert_eq!(out.len(), 20000 * 11);
@@ -139,7 +150,7 @@ mod tests {
     #[test]
     fn killed_at_the_deadline() {
         let start = Instant::now();
-        let mut r = Running::spawn(sh("echo started; exec sleep 30")).unwrap();
+        let mut r = Running::start(sh("echo started; exec sleep 30")).unwrap();
         let (code, out, err) = r.finish(Instant::now() + Duration::from_millis(300));
         assert!(start.elapsed() < Duration::from_secs(20));
         assert_eq!(code, -1);
@@ -149,7 +160,7 @@ mod tests {
 
     #[test]
     fn dropped_unfinished_is_killed() {
-        let r = Running::spawn(sh("exec sleep 30")).unwrap();
+        let r = Running::start(sh("exec sleep 30")).unwrap();
         let pid = r.handle.pids()[0];
         drop(r);
         // Killed: gone, or a zombie until duct reaps it.
@@ -169,5 +180,26 @@ mod tests {
             dead,
             "pid {pid} still running after its Running was dropped"
         );
+    }
+
+    #[test]
+    fn wait_or_kill_gives_the_status_or_kills() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let done = sh("exit 4").unchecked().start().unwrap();
+        let out = wait_or_kill(&done, Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(4));
+        let hung = sh("exec sleep 30").unchecked().start().unwrap();
+        let start = Instant::now();
+        assert!(
+            wait_or_kill(&hung, Duration::from_millis(200))
+                .unwrap()
+                .is_none()
+        );
+        assert!(start.elapsed() < Duration::from_secs(20));
+        // Killed and reaped: SIGKILL.
+        let out = hung.try_wait().unwrap().expect("reaped");
+        assert_eq!(out.status.signal(), Some(9));
     }
 }

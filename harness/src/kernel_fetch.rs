@@ -14,11 +14,12 @@
 //! written, not tried. Network stalls are bounded by apt's own timeout (60 s per connection,
 //! two retries), set below.
 
+use crate::host_tools;
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
 use anyhow::{Context as _, Result, bail};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Where fetched kernels live: `<cache>/kernels/<ver>/` (an unpacked root).
 pub fn kernels_dir() -> PathBuf {
@@ -117,7 +118,10 @@ impl PrivateApt {
         let opts = apt_opts(&root);
         eprintln!("{who}: reading {suite}'s package lists from {uri}");
         run(
-            Command::new("apt-get").args(&opts).args(["-q", "update"]),
+            duct::cmd(
+                "apt-get",
+                opts.iter().map(String::as_str).chain(["-q", "update"]),
+            ),
             "apt-get update (the private package lists)",
         )
         .map_err(|e| {
@@ -132,19 +136,11 @@ impl PrivateApt {
     /// Downloads `pkgs` (the suite's candidates) into `<root>/debs`; returns each one's file.
     pub fn download(&self, suite: &str, pkgs: &[String]) -> Result<Vec<PathBuf>> {
         let debs = self.root.join("debs");
-        run(
-            Command::new("apt-get")
-                .args(&self.opts)
-                .args([
-                    "-q",
-                    "-o",
-                    &format!("APT::Default-Release={suite}"),
-                    "download",
-                ])
-                .args(pkgs)
-                .current_dir(&debs),
-            "apt-get download",
-        )?;
+        let release = format!("APT::Default-Release={suite}");
+        let args = (self.opts.iter().map(String::as_str))
+            .chain(["-q", "-o", &release, "download"])
+            .chain(pkgs.iter().map(String::as_str));
+        run(duct::cmd("apt-get", args).dir(&debs), "apt-get download")?;
         pkgs.iter()
             .map(|p| {
                 // apt names a file <name>_<version>_<arch>.deb; the version's `:` is escaped.
@@ -181,10 +177,10 @@ pub(crate) fn build_then_move(
         .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))
 }
 
-pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("{what}: cannot start {:?}", cmd.get_program()))?;
+/// Runs `cmd` (stdin closed, its output captured) to its end; its stdout, or an error that
+/// starts with `what` (the command as the user knows it) and carries the tool's stderr.
+pub(crate) fn run(cmd: duct::Expression, what: &str) -> Result<String> {
+    let out = host_tools::captured(cmd).with_context(|| format!("{what}: cannot start it"))?;
     if !out.status.success() {
         bail!(
             "{what} failed ({}):\n{}",
@@ -227,8 +223,9 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
         "linux-image-amd64"
     };
     let show = |pkg: &str| -> Result<String> {
+        let args = opts.iter().map(String::as_str).chain(["show", pkg]);
         let out = run(
-            Command::new("apt-cache").args(opts).args(["show", pkg]),
+            duct::cmd("apt-cache", args),
             &format!("apt-cache show {pkg}"),
         )?;
         // The first stanza whose version is the suite's candidate: apt-cache show lists the
@@ -272,7 +269,7 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
         for deb in &files {
             eprintln!("kernel fetch: unpacking {}", deb.display());
             run(
-                Command::new("dpkg-deb").arg("-x").arg(deb).arg(&tmp),
+                duct::cmd("dpkg-deb", [OsStr::new("-x"), deb.as_ref(), tmp.as_ref()]),
                 "dpkg-deb -x",
             )?;
         }
@@ -284,7 +281,7 @@ pub fn fetch(suite: &str) -> Result<Kernel> {
             tmp.clone()
         };
         run(
-            Command::new(depmod()).arg("-b").arg(&base).arg(&ver),
+            duct::cmd(depmod(), [OsStr::new("-b"), base.as_ref(), ver.as_ref()]),
             "depmod -b",
         )?;
         Ok(())

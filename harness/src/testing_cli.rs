@@ -10,7 +10,19 @@
 //! assert!(prints_help(EXE, "--help").starts_with("usage: ch01-devices"));
 //! ```
 
-use std::process::Command;
+use crate::host_tools::captured_within;
+use std::process::Output;
+use std::time::Duration;
+
+/// Runs a chapter's command line on the host (not as a guest: `LAB_GUEST` removed) with
+/// stdin closed and both outputs captured. A chapter checks its arguments before it opens a
+/// device, so it answers at once: one still running after a minute is killed, and the test
+/// fails saying so.
+fn outside_the_lab(cmd: duct::Expression, exe: &str) -> Output {
+    captured_within(cmd.env_remove("LAB_GUEST"), Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("running {exe}: {e}"))
+        .unwrap_or_else(|| panic!("{exe} was still running after 60 s (killed)"))
+}
 
 /// Runs `exe args` outside the lab and asserts that it refuses them the way every chapter
 /// must: exit status 2, `message` on stderr, no panic, and nothing on stdout (no step ran).
@@ -20,11 +32,7 @@ use std::process::Command;
 ///
 /// When the program cannot be run or any of the above does not hold (this is a test helper).
 pub fn refuses_command_line(exe: &str, args: &[&str], message: &str) -> String {
-    let out = Command::new(exe)
-        .args(args)
-        .env_remove("LAB_GUEST")
-        .output()
-        .unwrap_or_else(|e| panic!("running {exe}: {e}"));
+    let out = outside_the_lab(duct::cmd(exe, args), exe);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -51,11 +59,7 @@ pub fn refuses_command_line(exe: &str, args: &[&str], message: &str) -> String {
 ///
 /// When the program cannot be run, fails, or prints nothing (this is a test helper).
 pub fn prints_help(exe: &str, flag: &str) -> String {
-    let out = Command::new(exe)
-        .arg(flag)
-        .env_remove("LAB_GUEST")
-        .output()
-        .unwrap_or_else(|e| panic!("running {exe}: {e}"));
+    let out = outside_the_lab(duct::cmd(exe, [flag]), exe);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

@@ -24,8 +24,8 @@
 use crate::initramfs;
 use crate::kernel_fetch::{PrivateApt, build_then_move, run};
 use anyhow::{Context as _, Result, bail};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// What a fetched root holds: what the agent runs (a shell, coreutils' `sync`, iproute2's
 /// `ip`, `rdma` and `tc`, procps' `kill`), rdma-core's libraries, providers and tools, and what
@@ -302,18 +302,19 @@ pub fn fetch(suite: &str) -> Result<Userspace> {
     let apt = PrivateApt::new(suite, "userspace fetch")?;
     // Against an empty package database (the private apt's status is /dev/null), a simulated
     // install lists the whole closure: libc6 and everything else the packages depend on.
+    let release = format!("APT::Default-Release={suite}");
+    let args = (apt.opts.iter().map(String::as_str))
+        .chain([
+            "-s",
+            "-q",
+            "--no-install-recommends",
+            "-o",
+            &release,
+            "install",
+        ])
+        .chain(PACKAGES.iter().copied());
     let sim = run(
-        Command::new("apt-get")
-            .args(&apt.opts)
-            .args([
-                "-s",
-                "-q",
-                "--no-install-recommends",
-                "-o",
-                &format!("APT::Default-Release={suite}"),
-                "install",
-            ])
-            .args(PACKAGES),
+        duct::cmd("apt-get", args),
         "apt-get -s install (the userspace's package closure)",
     )?;
     let pkgs = simulated_installs(&sim);
@@ -333,7 +334,7 @@ pub fn fetch(suite: &str) -> Result<Userspace> {
         let mut manifest = format!("suite {suite}\n{wanted}\n");
         for deb in &files {
             run(
-                Command::new("dpkg-deb").arg("-x").arg(deb).arg(&tmp),
+                duct::cmd("dpkg-deb", [OsStr::new("-x"), deb.as_ref(), tmp.as_ref()]),
                 "dpkg-deb -x",
             )?;
             if let Some((n, v)) = deb_name_version(deb) {

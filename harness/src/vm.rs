@@ -13,6 +13,7 @@
 //! next user ([`reap_stale`]).
 
 use crate::conn::Conn;
+use crate::host_tools;
 use crate::initramfs;
 use crate::kernel::{self, Kernel};
 use crate::userspace::{self, Userspace};
@@ -20,11 +21,10 @@ use crate::vm_options::{Accel, VmOptions};
 use crate::wire::cable::Cable;
 use crate::{Node, StateDir, Topology};
 use anyhow::{Context as _, Result, bail};
+use std::ffi::OsString;
 use std::io::Read as _;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
@@ -59,24 +59,21 @@ pub struct Vm {
     pub console: PathBuf,
     pub qemu_log: PathBuf,
     pub agent_sock: PathBuf,
-    child: Mutex<Child>,
+    child: duct::Handle,
 }
 
 impl Vm {
     pub fn pid(&self) -> u32 {
-        self.child.lock().map(|c| c.id()).unwrap_or(0)
+        self.child.pids().first().copied().unwrap_or(0)
     }
 
     /// Has QEMU exited? (with its status)
     pub fn exited(&self) -> Option<std::process::ExitStatus> {
-        self.child.lock().ok()?.try_wait().ok().flatten()
+        self.child.try_wait().ok().flatten().map(|o| o.status)
     }
 
     pub fn kill(&self) {
-        if let Ok(mut c) = self.child.lock() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        host_tools::kill_and_reap(&self.child);
     }
 }
 
@@ -86,19 +83,22 @@ impl Drop for Vm {
     }
 }
 
-type SpawnReq = (Command, mpsc::Sender<std::io::Result<Child>>);
+type SpawnReq = (
+    duct::Expression,
+    mpsc::Sender<std::io::Result<duct::Handle>>,
+);
 
-/// Spawns a command from a thread that never exits, so `PR_SET_PDEATHSIG` (which fires when
-/// the *thread* that forked the child exits) fires only when the whole process goes.
-pub fn spawn_tied(cmd: Command) -> std::io::Result<Child> {
+/// Starts an expression from a thread that never exits, so `PR_SET_PDEATHSIG` (which fires
+/// when the *thread* that forked the child exits) fires only when the whole process goes.
+pub fn spawn_tied(cmd: duct::Expression) -> std::io::Result<duct::Handle> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnReq>>> = OnceLock::new();
     let tx = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnReq>();
         std::thread::Builder::new()
             .name("lab-spawner".into())
             .spawn(move || {
-                for (mut c, reply) in rx {
-                    let _ = reply.send(c.spawn());
+                for (c, reply) in rx {
+                    let _ = reply.send(c.start());
                 }
             })
             .expect("spawn the lab-spawner thread");
@@ -113,17 +113,40 @@ pub fn spawn_tied(cmd: Command) -> std::io::Result<Child> {
         .map_err(|_| std::io::Error::other("lab-spawner thread gone"))?
 }
 
-/// A command for `prog` that gets SIGKILL when the thread that spawns it exits
-/// (`setpriv --pdeathsig KILL`, util-linux); spawn it with [`spawn_tied`].
-pub fn tied_command(prog: &Path) -> Command {
+/// A command line being built, argument by argument (duct takes the arguments whole).
+#[derive(Debug, Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn arg(&mut self, a: impl Into<OsString>) -> &mut Args {
+        self.0.push(a.into());
+        self
+    }
+
+    fn args<I>(&mut self, all: I) -> &mut Args
+    where
+        I: IntoIterator,
+        I::Item: Into<OsString>,
+    {
+        self.0.extend(all.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// `prog ARGS`, getting SIGKILL when the thread that starts it exits (`setpriv --pdeathsig
+/// KILL`, util-linux); start it with [`spawn_tied`]. Its exit status is an answer of
+/// [`Vm::exited`], not an error (`unchecked`).
+pub fn tied_command(prog: &Path, args: Vec<OsString>) -> duct::Expression {
     match which("setpriv") {
         Some(sp) => {
-            let mut c = Command::new(sp);
-            c.args(["--pdeathsig", "KILL", "--"]).arg(prog);
-            c
+            let mut argv: Vec<OsString> = ["--pdeathsig", "KILL", "--"].map(Into::into).into();
+            argv.push(prog.into());
+            argv.extend(args);
+            duct::cmd(sp, argv)
         }
-        None => Command::new(prog),
+        None => duct::cmd(prog, args),
     }
+    .unchecked()
 }
 
 /// Finds a program on PATH.
@@ -166,10 +189,7 @@ pub fn parse_qemu_version(text: &str) -> Option<(u32, u32, u32)> {
 /// Refuses, at once and by name, a QEMU too old for the pair's wire (instead of a QEMU that
 /// exits at start with "invalid netdev type" deep in a boot).
 pub fn require_stream_netdev(qemu: &Path) -> Result<()> {
-    let out = Command::new(qemu)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
+    let out = host_tools::captured(duct::cmd(qemu, ["--version"]))
         .with_context(|| format!("running {} --version", qemu.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let Some(v) = parse_qemu_version(&text) else {
@@ -212,23 +232,9 @@ pub fn new_state_dir(what: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Removes `dir` when this process exits, however it exits (a lab in a `static` is never
-/// dropped): a `sh` child blocks reading a pipe whose only writer is this process; the pipe
-/// closes at our exit, `read` returns and the shell removes the dir. Its own process group, so
-/// a Ctrl-C aimed at us does not stop it early.
+/// Removes `dir` when this process exits, however it exits ([`host_tools::at_exit`]).
 fn spawn_reaper(dir: &Path) {
-    let child = Command::new("sh")
-        .args(["-c", "read -r _; rm -rf -- \"$1\"", "lab-reaper"])
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
-    if let Ok(mut c) = child {
-        // Keep the pipe's write end open for the rest of the process's life.
-        std::mem::forget(c.stdin.take());
-    }
+    host_tools::at_exit("read -r _; rm -rf -- \"$1\"", &[dir]);
 }
 
 /// Is a process alive? (Linux: /proc/<pid>)
@@ -317,8 +323,8 @@ pub fn probe_accel(kernel: &Kernel, image: &Path) -> Accel {
 fn probe_kvm_boot(image: &Path) -> Result<bool> {
     let dir = new_state_dir("kvm-probe")?;
     let log = dir.join("console.log");
-    let mut cmd = tied_command(&qemu_binary()?);
-    cmd.args([
+    let mut args = Args::default();
+    args.args([
         "-no-user-config",
         "-nodefaults",
         "-display",
@@ -330,11 +336,12 @@ fn probe_kvm_boot(image: &Path) -> Result<bool> {
     .arg(image)
     .args(["-append", "console=ttyS0 panic=-1 root=/dev/lab-none"])
     .arg("-serial")
-    .arg(format!("file:{}", log.display()))
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let mut child = spawn_tied(cmd)?;
+    .arg(format!("file:{}", log.display()));
+    let cmd = tied_command(&qemu_binary()?, args.0)
+        .stdin_null()
+        .stdout_null()
+        .stderr_null();
+    let child = spawn_tied(cmd)?;
     let deadline = Instant::now() + Duration::from_secs(6);
     let mut ok = false;
     while Instant::now() < deadline {
@@ -345,13 +352,17 @@ fn probe_kvm_boot(image: &Path) -> Result<bool> {
             ok = true;
             break;
         }
-        if child.try_wait()?.is_some() {
-            break;
+        match child.try_wait() {
+            Ok(None) => {}
+            Ok(Some(_)) => break,
+            Err(e) => {
+                host_tools::kill_and_reap(&child);
+                return Err(e.into());
+            }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    host_tools::kill_and_reap(&child);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(ok)
 }
@@ -571,8 +582,8 @@ pub fn start_one_with(
     let gate_sock = state.gate_sock(node_files);
     let _ = std::fs::remove_file(&gate_sock);
     let append = append_for(plan, node, snap.is_some());
-    let mut cmd = tied_command(&qemu_binary()?);
-    cmd.args([
+    let mut a = Args::default();
+    a.args([
         "-no-user-config",
         "-nodefaults",
         "-display",
@@ -622,32 +633,33 @@ pub fn start_one_with(
     .arg("-qmp")
     .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()));
     if let Some(l) = snap {
-        cmd.args(qemu_args(l, &gate_sock));
+        a.args(qemu_args(l, &gate_sock));
     }
     if let Some(w) = &wire {
         // A stream, not a datagram socket: see wire/cable.rs for why (no loss under load).
-        cmd.arg("-netdev").arg(format!(
+        a.arg("-netdev").arg(format!(
             "stream,id=n0,server=off,addr.type=unix,addr.path={}",
             w.sock.display()
         ));
-        cmd.arg("-device")
+        a.arg("-device")
             .arg(format!("virtio-net-pci,netdev=n0,mac={}", w.mac));
         if let Some(p) = &w.pcap {
-            cmd.arg("-object")
+            a.arg("-object")
                 .arg(format!("filter-dump,id=cap,netdev=n0,file={}", p.display()));
         }
     }
     let log = std::fs::File::create(&qemu_log)?;
-    cmd.stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+    let cmd = tied_command(&qemu_binary()?, a.0)
+        .stdin_null()
+        .stdout_file(log.try_clone()?)
+        .stderr_file(log);
     let child = spawn_tied(cmd).context("starting qemu-system-x86_64")?;
     Ok(Vm {
         node: node.unwrap_or(Node::A),
         console,
         qemu_log,
         agent_sock,
-        child: Mutex::new(child),
+        child,
     })
 }
 

@@ -26,8 +26,7 @@
 //! used by the chapter itself).
 
 use clap::Parser;
-use std::io::Read;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
 // `say!` prints a line wrapped at 96 columns (continuation lines indented two more spaces).
@@ -391,20 +390,28 @@ fn memlock_child() -> Result<()> {
 /// Runs this binary with `--memlock-child` (as nobody when `drop_to_nobody`), waits for it with
 /// a deadline, prints its output indented, and fails unless it exited 0.
 fn run_child(drop_to_nobody: bool) -> Result<()> {
-    use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
-    let mut cmd = Command::new(&exe);
-    cmd.arg("--memlock-child")
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if drop_to_nobody {
+    // The child's stdout and stderr are collected while it runs (duct's reader threads), so
+    // it never blocks on a full pipe; its exit status is ours to judge (`unchecked`).
+    let child_of = |program: &std::path::Path| {
+        let cmd = duct::cmd(program, ["--memlock-child"])
+            .dir("/")
+            .stdin_null()
+            .stdout_capture()
+            .stderr_capture()
+            .unchecked();
+        if !drop_to_nobody {
+            return cmd;
+        }
         // std's spawn calls setgroups([]), setgid, setuid in the child before exec: no unsafe
         // code of ours is involved, and the order (group first) is the one that works.
-        cmd.uid(NOBODY).gid(NOBODY);
-    }
-    let mut child = match cmd.spawn() {
+        cmd.before_spawn(|c| {
+            use std::os::unix::process::CommandExt;
+            c.uid(NOBODY).gid(NOBODY);
+            Ok(())
+        })
+    };
+    let child = match child_of(&exe).start() {
         Ok(c) => c,
         // As nobody, every directory above the binary must be searchable by others; a checkout
         // under a private home directory is not. Run a copy from the temporary directory then.
@@ -413,15 +420,7 @@ fn run_child(drop_to_nobody: bool) -> Result<()> {
                 std::env::temp_dir().join(format!("ch03-memlock-child.{}", std::process::id()));
             std::fs::copy(&exe, &copy)?;
             std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-            let mut cmd2 = Command::new(&copy);
-            cmd2.arg("--memlock-child")
-                .current_dir("/")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .uid(NOBODY)
-                .gid(NOBODY);
-            let spawned = cmd2.spawn();
+            let spawned = child_of(&copy).start();
             // Once running, the copy is no longer needed on disk.
             let _ = std::fs::remove_file(&copy);
             spawned.map_err(|e2| {
@@ -433,21 +432,16 @@ fn run_child(drop_to_nobody: bool) -> Result<()> {
         }
         Err(e) => return Err(format!("cannot run {} as the child: {e}", exe.display()).into()),
     };
-    let Some(status) = course::wait_or_kill(&mut child, CHILD_DEADLINE)? else {
+    let Some(output) = course::process::wait_or_kill(&child, CHILD_DEADLINE)? else {
         return Err(format!(
             "the memlock child did not finish within {} s: killed it",
             CHILD_DEADLINE.as_secs()
         )
         .into());
     };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_string(&mut out)?;
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_string(&mut err)?;
-    }
+    let status = output.status;
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr);
     for line in out.lines() {
         println!("  | {line}");
     }

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use course::exchange::{Endpoint, Listener, OobStream};
@@ -208,12 +207,7 @@ fn start_tool(argv: &[String]) -> Result<course::process::Running> {
     expect(!tools::listening(port), || {
         format!("port {port} is busy before starting {}", argv[0])
     })?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = course::process::Running::spawn(cmd)
+    let mut child = course::process::Running::start(duct::cmd(&argv[0], &argv[1..]))
         .or_fail_with(|| format!("starting {}", argv.join(" ")))?;
     let start = Instant::now();
     while !tools::listening(port) {

@@ -2,7 +2,6 @@
 //! for completions, the WRITE ping-pong both sides run, and the node's own figures (CPU time,
 //! softirq threads, the netdev and its MTU, rxe's packet counters).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use course::exchange::{Endpoint, OobStream};
@@ -234,10 +233,12 @@ pub fn netdev_of(ctx: &Context) -> Result<String> {
 /// Sets `dev`'s MTU with `ip link set` (root in the lab) and waits until the rxe port's
 /// active MTU follows.
 pub fn set_mtu(ctx: &Context, dev: &str, mtu: u32) -> Result<Mtu> {
-    let out = Command::new("ip")
-        .args(["link", "set", "dev", dev, "mtu", &mtu.to_string()])
-        .stdin(Stdio::null())
-        .output()
+    let out = duct::cmd("ip", ["link", "set", "dev", dev, "mtu", &mtu.to_string()])
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
         .or_fail("running `ip link set` (is iproute2 installed?)")?;
     expect(out.status.success(), || {
         format!(

@@ -4,7 +4,6 @@
 //! started here). This file holds what the client needs: the command lines and the parsers of
 //! each tool's output.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use course::process::Running;
@@ -36,13 +35,8 @@ pub fn listen_port(tool: &str) -> Option<u16> {
 
 /// Runs a tool's client half with a deadline; its stdout, or what went wrong.
 pub fn run_client(argv: &[String], limit: Duration) -> Result<String, String> {
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child =
-        Running::spawn(cmd).map_err(|e| format!("cannot start {}: {e}", argv.join(" ")))?;
+    let mut child = Running::start(duct::cmd(&argv[0], &argv[1..]))
+        .map_err(|e| format!("cannot start {}: {e}", argv.join(" ")))?;
     let (code, out, err) = child.finish(Instant::now() + limit);
     if code != 0 {
         return Err(format!(

@@ -9,15 +9,26 @@
 
 use course::{Failure, Outcome as Result};
 use std::collections::BTreeMap;
-use std::process::Command;
 
 /// The link of the pair's wire in the lab's VMs.
 pub const IFACE: &str = "eth0";
 
+/// `tc ARGS` run to its end: stdin closed, its output kept, its exit status ours to judge.
+fn run_tc<I>(args: I) -> std::io::Result<std::process::Output>
+where
+    I: IntoIterator,
+    I::Item: Into<std::ffi::OsString>,
+{
+    duct::cmd("tc", args)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+}
+
 fn tc(args: &str) -> Result {
-    let out = Command::new("tc")
-        .args(args.split_whitespace())
-        .output()
+    let out = run_tc(args.split_whitespace())
         .map_err(|e| Failure(format!("cannot run tc ({e}); it is in iproute2")))?;
     if !out.status.success() {
         return Err(Failure(format!(
@@ -80,9 +91,7 @@ impl Drop for Netem {
 
 /// Back to the kernel's default qdisc.
 pub fn remove_all() {
-    let _ = Command::new("tc")
-        .args(["qdisc", "del", "dev", IFACE, "root"])
-        .output();
+    let _ = run_tc(["qdisc", "del", "dev", IFACE, "root"]);
 }
 
 /// Counter name -> value.

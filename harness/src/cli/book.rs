@@ -5,10 +5,11 @@
 use super::chapters::{Build, build, prepare};
 use super::doctor::run_setup;
 use super::root;
+use crate::host_tools::captured;
 use crate::vm;
 use anyhow::{Context as _, Result, bail};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The mdbook `scripts/setup.sh --book` pins (book/src/lib.rs says why this one).
 const MDBOOK_VERSION: &str = "0.4.52";
@@ -20,7 +21,7 @@ pub(super) fn pinned_mdbook() -> Option<String> {
         .join(format!("mdbook-{MDBOOK_VERSION}"))
         .join("bin/mdbook");
     let ok = |p: &Path| {
-        Command::new(p).arg("--version").output().is_ok_and(|o| {
+        captured(duct::cmd(p, ["--version"])).is_ok_and(|o| {
             String::from_utf8_lossy(&o.stdout).trim() == format!("mdbook v{MDBOOK_VERSION}")
         })
     };
@@ -56,17 +57,22 @@ pub(super) fn book(
     let exes = build(Build::Suite, &["rxe-lab-book"])?;
     let exe = &exes.iter().find(|(n, _)| n == "rxe-lab-book").unwrap().1;
     let out = out.unwrap_or_else(|| root.join("target/book"));
-    let mut cmd = Command::new(exe);
-    cmd.current_dir(&root)
-        .arg(if serve { "serve" } else { "build" })
-        .arg("--out")
-        .arg(&out);
+    let mut args: Vec<OsString> = vec![
+        (if serve { "serve" } else { "build" }).into(),
+        "--out".into(),
+        out.into(),
+    ];
     if serve {
-        cmd.args(["--port", &port.to_string()]);
+        args.extend(["--port".into(), port.to_string().into()]);
         if let Some(s) = serve_secs {
-            cmd.args(["--serve-secs", &s.to_string()]);
+            args.extend(["--serve-secs".into(), s.to_string().into()]);
         }
     }
-    let st = cmd.status().context("running rxe-lab-book")?;
-    Ok(st.code().unwrap_or(1))
+    // Its output streams to ours; its exit code is ours.
+    let done = duct::cmd(exe, args)
+        .dir(&root)
+        .unchecked()
+        .run()
+        .context("running rxe-lab-book")?;
+    Ok(done.status.code().unwrap_or(1))
 }

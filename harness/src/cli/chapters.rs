@@ -11,7 +11,6 @@ use super::doctor::{Check, checks, run_setup};
 use super::root;
 use super::wire::{finish_trace, start_trace};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub(super) fn list() -> Result<i32> {
@@ -183,13 +182,14 @@ pub(super) fn build(how: Build, pkgs: &[&str]) -> Result<Vec<(String, String)>> 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let args = build_args(how, pkgs);
     let shown = args[..args.len() - 1].join(" ");
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root).args(&args);
     eprintln!("building (cargo {shown}) ...");
-    let out = cmd
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
+    // cargo's progress and errors go to our stderr; its JSON messages are read here.
+    let out = duct::cmd(cargo, &args)
+        .dir(&root)
+        .stdin_null()
+        .stdout_capture()
+        .unchecked()
+        .run()
         .with_context(|| format!("running cargo {shown}"))?;
     if !out.status.success() {
         bail!(

@@ -5,7 +5,6 @@ use anyhow::{Context as _, Result};
 
 use super::SETUP_SH;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 #[derive(Debug)]
 pub(super) struct Check {
@@ -606,14 +605,13 @@ pub(super) fn doctor() -> Result<i32> {
 }
 
 pub(super) fn run_setup(args: &[&str]) -> Result<i32> {
-    let st = Command::new("bash")
-        .arg("-c")
-        .arg(SETUP_SH)
-        .arg("scripts/setup.sh")
-        .args(args)
-        .status()
+    let argv = ["-c", SETUP_SH, "scripts/setup.sh"].iter().chain(args);
+    // setup.sh talks to the user (and may ask sudo for a password): all of our stdio is its.
+    let done = duct::cmd("bash", argv)
+        .unchecked()
+        .run()
         .context("running bash (scripts/setup.sh)")?;
-    Ok(st.code().unwrap_or(1))
+    Ok(done.status.code().unwrap_or(1))
 }
 
 pub(super) fn setup(vm: bool, native: bool, dev: bool, book: bool, print: bool) -> Result<i32> {

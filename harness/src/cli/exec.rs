@@ -11,7 +11,6 @@ use crate::{Node, Topology, testbed};
 use anyhow::{Context as _, Result, bail};
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -241,20 +240,19 @@ pub(super) fn exec_cargo(
         runner.join(" "),
         args.join(" ")
     );
-    let st = Command::new(cargo)
-        .args(&args)
+    // cargo's output streams to ours; its exit code is ours.
+    let out = duct::cmd(cargo, &args)
         .env(&var, runner.join(" "))
-        .status()
+        .unchecked()
+        .run()
         .context("running cargo")?;
-    Ok(st.code().unwrap_or(130))
+    Ok(out.status.code().unwrap_or(130))
 }
 
 pub(super) fn host_triple() -> Result<String> {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let out = Command::new(rustc)
-        .arg("-vV")
-        .output()
-        .context("running rustc -vV")?;
+    let out =
+        crate::host_tools::captured(duct::cmd(rustc, ["-vV"])).context("running rustc -vV")?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_string))

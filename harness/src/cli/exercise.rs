@@ -10,12 +10,12 @@
 
 use crate::course::Course;
 use crate::exercises::{Exercise, IMPL_VAR, Impl, Registry, panic_message};
+use crate::host_tools;
 use anyhow::{Context as _, Result, bail};
 use clap::Subcommand;
 use std::ffi::OsStr;
-use std::io::{BufRead as _, IsTerminal as _, Read as _, Write as _};
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -269,38 +269,43 @@ fn check_deadline(checks: usize) -> Duration {
 /// also makes libtest print dots instead of the `test NAME ... ok` lines the verdict reads.
 fn run_cargo(root: &Path, package: &str, checks: &[String], imp: Impl) -> Result<(String, String)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(root)
-        .args(["test", "-p", package, "--test", "exercises", "--"])
-        .arg("--exact")
-        .args(checks)
-        .arg("--test-threads=1")
+    let args = [
+        "test",
+        "-p",
+        package,
+        "--test",
+        "exercises",
+        "--",
+        "--exact",
+    ]
+    .into_iter()
+    .chain(checks.iter().map(String::as_str))
+    .chain(["--test-threads=1"]);
+    let child = duct::cmd(cargo, args)
+        .dir(root)
         .env(IMPL_VAR, imp.name())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().context("running cargo test")?;
-    let mut so = child.stdout.take().expect("stdout");
-    let mut se = child.stderr.take().expect("stderr");
-    let ro = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let re = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .start()
+        .context("running cargo test")?;
     let stop = interrupted();
     let deadline = Instant::now() + check_deadline(checks.len());
     loop {
-        if child.try_wait()?.is_some() {
-            break;
+        match child.try_wait() {
+            Ok(Some(out)) => {
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                return Ok((text(&out.stdout), text(&out.stderr)));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                host_tools::kill_and_reap(&child);
+                return Err(e).context("waiting for cargo test");
+            }
         }
         if stop.load(Ordering::SeqCst) || Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            host_tools::kill_and_reap(&child);
             if stop.load(Ordering::SeqCst) {
                 bail!("interrupted");
             }
@@ -311,7 +316,6 @@ fn run_cargo(root: &Path, package: &str, checks: &[String], imp: Impl) -> Result
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok((ro.join().unwrap_or_default(), re.join().unwrap_or_default()))
 }
 
 /// The verdict from libtest's output: each check's `test NAME ... ok|FAILED` line, and the

@@ -2,13 +2,14 @@
 
 use super::interrupted;
 use crate::course::workspace_root;
+use crate::host_tools;
 use crate::testbed::{Provider, Testbed};
 use crate::vm_options::{self, VmOptions};
 use crate::{Node, StateDir, Topology, testbed, vm};
 use anyhow::{Context as _, Result, bail};
+use std::ffi::OsStr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -96,11 +97,7 @@ fn same_cpus(t: Topology, dir: &Path, want: Option<u32>) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn start_daemon(
-    t: Topology,
-    dir: &Path,
-    cpus: Option<u32>,
-) -> Result<std::process::Child> {
+pub(super) fn start_daemon(t: Topology, dir: &Path, cpus: Option<u32>) -> Result<duct::Handle> {
     // A stale dir from a daemon that died: its qemu died with it (PDEATHSIG); clear the rest.
     if let Some(pid) = daemon_pid(dir)
         && vm::pid_alive(pid)
@@ -115,26 +112,35 @@ pub(super) fn start_daemon(
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let log = std::fs::File::create(StateDir::at(dir).daemon_log())?;
     let exe = std::env::current_exe()?;
-    use std::os::unix::process::CommandExt as _;
-    let mut cmd = Command::new(exe);
+    let args = [
+        OsStr::new("__daemon"),
+        OsStr::new("--topology"),
+        OsStr::new(t.name()),
+        OsStr::new("--dir"),
+        dir.as_os_str(),
+    ];
+    let mut cmd = duct::cmd(exe, args);
     if let Some((k, v)) = crate::kernel::child_env() {
-        cmd.env(k, v);
+        cmd = cmd.env(k, v);
     }
     if let Some((k, v)) = crate::userspace::child_env() {
-        cmd.env(k, v);
+        cmd = cmd.env(k, v);
     }
     if let Some(n) = cpus {
-        cmd.env(vm_options::PAIR_SMP_VAR, n.to_string());
+        cmd = cmd.env(vm_options::PAIR_SMP_VAR, n.to_string());
     }
     let child = cmd
-        .args(["__daemon", "--topology", t.name(), "--dir"])
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
+        .stdin_null()
+        .stdout_file(log.try_clone()?)
+        .stderr_file(log)
+        // How it ended is an answer of wait_daemon's, not an error.
+        .unchecked()
         // Its own process group: a Ctrl-C in this terminal is for us, and we decide.
-        .process_group(0)
-        .spawn()
+        .before_spawn(|c| {
+            std::os::unix::process::CommandExt::process_group(c, 0);
+            Ok(())
+        })
+        .start()
         .context("starting the lab daemon")?;
     Ok(child)
 }
@@ -163,7 +169,7 @@ pub(super) fn failed_logs_dir() -> PathBuf {
 pub(super) fn wait_daemon(
     t: Topology,
     dir: &Path,
-    mut child: std::process::Child,
+    child: duct::Handle,
     verbose: bool,
 ) -> Result<()> {
     let opts = VmOptions::from_env()?;
@@ -176,8 +182,7 @@ pub(super) fn wait_daemon(
     let stop = interrupted();
     loop {
         if stop.load(Ordering::SeqCst) {
-            let _ = child.kill();
-            let _ = child.wait();
+            host_tools::kill_and_reap(&child);
             let _ = std::fs::remove_dir_all(dir);
             if let Some(home) = dir.parent() {
                 let _ = std::fs::remove_dir(home);
@@ -196,7 +201,14 @@ pub(super) fn wait_daemon(
             }
             return Ok(());
         }
-        if let Some(st) = child.try_wait()? {
+        let exited = match child.try_wait() {
+            Ok(o) => o.map(|o| o.status),
+            Err(e) => {
+                host_tools::kill_and_reap(&child);
+                return Err(e).context("waiting for the lab daemon");
+            }
+        };
+        if let Some(st) = exited {
             let log = vm::tail(&StateDir::at(dir).daemon_log(), 40);
             let keep = failed_logs_dir();
             if keep_logs(dir, &keep) > 0 {
@@ -213,8 +225,7 @@ pub(super) fn wait_daemon(
             );
         }
         if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
+            host_tools::kill_and_reap(&child);
             let keep = failed_logs_dir();
             if keep_logs(dir, &keep) > 0 {
                 eprintln!("(the lab's logs are kept in {})", keep.display());
@@ -347,9 +358,9 @@ pub(super) fn stop_daemon(dir: &Path) -> bool {
             std::thread::sleep(Duration::from_millis(50));
         }
         if vm::pid_alive(pid) {
-            let _ = Command::new("kill")
-                .args(["-s", "KILL", &pid.to_string()])
-                .status();
+            let _ = duct::cmd("kill", ["-s", "KILL", &pid.to_string()])
+                .unchecked()
+                .run();
         }
         was = true;
     }

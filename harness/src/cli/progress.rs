@@ -12,11 +12,11 @@
 //! - On a terminal the line is an indicatif bar under the output; otherwise (CI, a pipe) it is
 //!   a plain line before each binary's output.
 
+use super::suite::CargoTest;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What the build-only pass found.
@@ -42,14 +42,11 @@ const TARGET_FLAGS: &[&str] = &[
     "--all-targets",
 ];
 
-/// Runs the build-only pass of `cmd` (a `cargo test ...` command). `Err(code)`: cargo failed
+/// Runs the build-only pass of `run` (a `cargo test ...` run). `Err(code)`: cargo failed
 /// (the build's errors are on stderr already). A run that only builds (`--no-run`) or sets its
 /// own message format has no pass: its binaries are counted as they come, with no total.
-pub(super) fn plan(cmd: &Command) -> Result<Plan, i32> {
-    let args: Vec<String> = cmd
-        .get_args()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+pub(super) fn plan(run: &CargoTest) -> Result<Plan, i32> {
+    let args = &run.args;
     let own = args.iter().position(|a| a == "--").unwrap_or(args.len());
     if args[..own]
         .iter()
@@ -60,23 +57,15 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, i32> {
             whole_suite: false,
         });
     }
-    let mut pass = Command::new(cmd.get_program());
-    pass.args(&args[..own])
-        .args(["--no-run", "--message-format=json-render-diagnostics"]);
-    if let Some(dir) = cmd.get_current_dir() {
-        pass.current_dir(dir);
-    }
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => pass.env(k, v),
-            None => pass.env_remove(k),
-        };
-    }
-    let out = pass
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .output()
+    let mut pass = args[..own].to_vec();
+    pass.extend(["--no-run", "--message-format=json-render-diagnostics"].map(String::from));
+    // cargo's progress and errors go to our stderr; its JSON messages are read here.
+    let out = run
+        .command(&pass)
+        .stdin_null()
+        .stdout_capture()
+        .unchecked()
+        .run()
         .map_err(|e| {
             eprintln!("cargo lab test: running cargo: {e}");
             101

@@ -10,8 +10,8 @@ use super::{interrupted, root};
 use crate::testbed::Provider;
 use crate::{Topology, testbed};
 use anyhow::{Context as _, Result, bail};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -61,21 +61,23 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
             // One device for the whole run (test binaries would otherwise each make their own).
             testbed::ensure_native_device()?;
         }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        let cargo_args = cargo_test_args(args);
-        cmd.current_dir(&root).args(&cargo_args);
+        let mut run = CargoTest {
+            cargo: std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
+            dir: root.clone(),
+            args: cargo_test_args(args),
+            env: vec![],
+        };
         if provider == Provider::Vm {
-            cmd.env("LAB_STATE_DIR", &home);
+            run.env.push(("LAB_STATE_DIR", home.clone().into()));
         }
         for (k, v) in [crate::kernel::child_env(), crate::userspace::child_env()]
             .into_iter()
             .flatten()
         {
-            cmd.env(k, v);
+            run.env.push((k, v.into()));
         }
-        eprintln!("running: cargo {}", cargo_args.join(" "));
-        let (code, text, whole_suite) = run_teed(&root, cmd)?;
+        eprintln!("running: cargo {}", run.args.join(" "));
+        let (code, text, whole_suite) = run_teed(&root, &run)?;
         if !interrupted.load(Ordering::SeqCst) {
             let times = binary_times(&text);
             print_slowest(&root, &times, 10);
@@ -123,44 +125,57 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
     result
 }
 
-/// Runs cargo (`cmd`, its arguments set) with its stdout and stderr merged into one pipe, so
-/// that cargo's `Running ...` lines and the test binaries' output stay in the order they were
-/// written; everything is copied to our stdout line by line, with the suite's progress
-/// ([`progress`]: binary N of M) before each binary or in a bar under the output. The build
-/// runs first, alone (the progress pass, with cargo's own progress). Returns cargo's exit code
-/// and the text, and whether it was the whole suite. Cargo keeps its colours when our stdout is a terminal.
-fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String, bool)> {
+/// The `cargo test` run, as data: cargo, its arguments, what it adds to the environment, in
+/// the workspace. The progress pass ([`progress::plan`]) and the run are two commands made
+/// from it.
+#[derive(Debug, Clone)]
+pub(super) struct CargoTest {
+    pub cargo: String,
+    pub dir: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(&'static str, OsString)>,
+}
+
+impl CargoTest {
+    /// cargo with `args` (the run's own, or the pass's), in the run's dir and environment.
+    pub fn command(&self, args: &[String]) -> duct::Expression {
+        let mut e = duct::cmd(&self.cargo, args).dir(&self.dir);
+        for (k, v) in &self.env {
+            e = e.env(k, v);
+        }
+        e
+    }
+}
+
+/// Runs cargo (`run`) with its stdout and stderr merged into one pipe, so that cargo's
+/// `Running ...` lines and the test binaries' output stay in the order they were written;
+/// everything is copied to our stdout line by line, with the suite's progress ([`progress`]:
+/// binary N of M) before each binary or in a bar under the output. The build runs first,
+/// alone (the progress pass, with cargo's own progress). Returns cargo's exit code and the
+/// text, and whether it was the whole suite. Cargo keeps its colours when our stdout is a
+/// terminal.
+fn run_teed(root: &Path, run: &CargoTest) -> Result<(i32, String, bool)> {
     use std::io::Read as _;
     use std::sync::Mutex;
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    // `sh -c 'exec "$0" "$@" 2>&1'`: one pipe for both streams, and no shell left in between.
-    let mut sh = Command::new("sh");
-    sh.arg("-c")
-        .arg("exec \"$0\" \"$@\" 2>&1")
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    if let Some(dir) = cmd.get_current_dir() {
-        sh.current_dir(dir);
-    }
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => sh.env(k, v),
-            None => sh.env_remove(k),
-        };
-    }
+    let mut cmd = run.command(&run.args);
     if terminal && std::env::var_os("CARGO_TERM_COLOR").is_none() {
-        sh.env("CARGO_TERM_COLOR", "always");
+        cmd = cmd.env("CARGO_TERM_COLOR", "always");
     }
-    let plan = match progress::plan(&cmd) {
+    let plan = match progress::plan(run) {
         Ok(p) => p,
         Err(code) => return Ok((code, String::new(), false)),
     };
     let progress = Arc::new(Mutex::new(Progress::new(root, &plan, terminal)));
-    let mut child = sh
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("running cargo test")?;
-    let mut out = child.stdout.take().unwrap();
+    // One pipe for both streams (duct's stderr_to_stdout), read as it comes; how cargo ended
+    // is an answer (`unchecked`).
+    let cargo = Arc::new(
+        cmd.stderr_to_stdout()
+            .unchecked()
+            .reader()
+            .context("running cargo test")?,
+    );
+    let out = cargo.clone();
     let text = Arc::new(Mutex::new(Vec::<u8>::new()));
     let (done_tx, done) = mpsc::channel::<()>();
     let (seen, shown, root) = (text.clone(), progress.clone(), root.to_path_buf());
@@ -173,7 +188,7 @@ fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String, bool)> {
             let label = binary_starting(&root, &String::from_utf8_lossy(l));
             shown.lock().unwrap().line(stdout, l, label.as_deref());
         };
-        while let Ok(n) = out.read(&mut buf) {
+        while let Ok(n) = (&*out).read(&mut buf) {
             if n == 0 {
                 break;
             }
@@ -190,7 +205,13 @@ fn run_teed(root: &Path, cmd: Command) -> Result<(i32, String, bool)> {
         }
         let _ = done_tx.send(());
     });
-    let st = child.wait().context("waiting for cargo test")?;
+    // No deadline of our own: each test has its own, and Ctrl-C reaches cargo too.
+    let st = loop {
+        if let Some(o) = cargo.try_wait().context("waiting for cargo test")? {
+            break o.status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     // A process a test left running may hold the pipe open: what came within 2 s is all.
     let _ = done.recv_timeout(Duration::from_secs(2));
     progress.lock().unwrap().finish();

@@ -1,6 +1,7 @@
 //! The native provider's device: is there one, can rdma_rxe be loaded here, and bringing up
 //! `rxe0` on the lab's pinned loopback network when the harness may.
 
+use crate::host_tools;
 use crate::vm;
 use anyhow::{Context as _, Result, bail};
 use std::path::Path;
@@ -93,12 +94,12 @@ pub fn raise_memlock() {
             Some(h) => format!("{h}:"),
         }
     };
-    let _ = std::process::Command::new("prlimit")
-        .args(["--pid", &pid, &format!("--memlock={want}")])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+    let _ = duct::cmd("prlimit", ["--pid", &pid, &format!("--memlock={want}")])
+        .stdin_null()
+        .stdout_null()
+        .stderr_null()
+        .unchecked()
+        .run();
     if let Some((Some(s), _)) = limits()
         && s < ENOUGH
     {
@@ -190,9 +191,7 @@ pub fn ensure_native_device() -> Result<String> {
         );
     }
     let run = |args: &[&str]| -> Result<()> {
-        let out = std::process::Command::new(args[0])
-            .args(&args[1..])
-            .output()
+        let out = host_tools::captured(duct::cmd(args[0], &args[1..]))
             .with_context(|| format!("running {}", args[0]))?;
         if !out.status.success() {
             bail!(
@@ -236,22 +235,12 @@ pub fn ensure_native_device() -> Result<String> {
         "netdev",
         NATIVE_NETDEV,
     ])?;
-    use std::os::unix::process::CommandExt as _;
     let undo = if exists {
         format!("rdma link delete {NATIVE_DEVICE}")
     } else {
         format!("rdma link delete {NATIVE_DEVICE}; ip link delete {NATIVE_NETDEV}")
     };
-    if let Ok(mut c) = std::process::Command::new("sh")
-        .args(["-c", &format!("read -r _; {undo}"), "lab-reaper"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-    {
-        std::mem::forget(c.stdin.take());
-    }
+    host_tools::at_exit::<&str>(&format!("read -r _; {undo}"), &[]);
     let deadline = Instant::now() + Duration::from_secs(10);
     let port = Path::new("/sys/class/infiniband")
         .join(NATIVE_DEVICE)

@@ -399,16 +399,14 @@ pub fn run_chapter(package: &str, exe: &str, args: &[&str]) -> Transcript {
 pub fn e2e_binaries(packages: &[&str]) -> Vec<(String, String)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = workspace_root().expect("inside the rxe-lab workspace");
-    let out = std::process::Command::new(&cargo)
-        .current_dir(root)
-        .args([
-            "test",
-            "--workspace",
-            "--no-run",
-            "--message-format=json",
-            "--quiet",
-        ])
-        .output()
+    let args = [
+        "test",
+        "--workspace",
+        "--no-run",
+        "--message-format=json",
+        "--quiet",
+    ];
+    let out = crate::host_tools::captured(duct::cmd(&cargo, args).dir(root))
         .unwrap_or_else(|e| panic!("running {cargo} test --no-run: {e}"));
     assert!(
         out.status.success(),

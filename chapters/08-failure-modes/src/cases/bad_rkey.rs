@@ -35,7 +35,7 @@ pub fn run(r: &mut Report) -> Result<()> {
     let untouched = target.as_slice().iter().all(|b| *b == 0);
     r.check("B's region untouched", untouched, true);
     r.fix(
-        "use exactly the rkey the peer sent with that address (lab::exchange carries addr, len \
+        "use exactly the rkey the peer sent with that address (course::exchange carries addr, len \
          and rkey together: RemoteRegion)",
     );
     r.hardware("the same status, IBV_WC_REM_ACCESS_ERR, and both QPs in ERR.");

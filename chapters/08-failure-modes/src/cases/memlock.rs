@@ -8,7 +8,6 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 
 use course::Outcome as Result;
@@ -82,23 +81,25 @@ fn spawn_child(who: &str, drop_to_nobody: bool) -> Result<i32> {
     } else {
         None
     };
-    let mut cmd = Command::new(&exe);
-    cmd.arg(CHILD_FLAG).arg(who);
+    // The child prints its own lines (indented) to our stdout; how it ended is ours to judge.
+    let mut cmd = duct::cmd(&exe, [CHILD_FLAG, who]).unchecked();
     if drop_to_nobody {
         // std calls setgroups(0), setgid, setuid in the child before exec: no unsafe needed.
-        cmd.uid(NOBODY).gid(NOBODY).current_dir("/");
+        cmd = cmd.dir("/").before_spawn(|c| {
+            c.uid(NOBODY).gid(NOBODY);
+            Ok(())
+        });
     }
-    let spawned = cmd.spawn();
-    let result = spawned.map_err(Into::into).and_then(wait_child);
+    let result = cmd.start().map_err(Into::into).and_then(wait_child);
     if let Some(dir) = copy {
         let _ = std::fs::remove_dir_all(dir);
     }
     result
 }
 
-fn wait_child(mut child: std::process::Child) -> Result<i32> {
-    match course::wait_or_kill(&mut child, Duration::from_secs(60))? {
-        Some(status) => Ok(status.code().unwrap_or(-1)),
+fn wait_child(child: duct::Handle) -> Result<i32> {
+    match course::process::wait_or_kill(&child, Duration::from_secs(60))? {
+        Some(out) => Ok(out.status.code().unwrap_or(-1)),
         None => Err("the memlock child did not finish within 60 s; killed it".into()),
     }
 }

@@ -37,27 +37,23 @@ fn post_writes(lab: &Lab, c: &Conn, n: usize, chained: bool) -> Result<u64> {
 fn strace_writes(f: impl FnOnce() -> Result<()>) -> Result<u64> {
     let pid = std::process::id();
     let out = format!("/tmp/ch11-strace.{pid}");
-    let mut cmd = std::process::Command::new("strace");
-    cmd.args([
-        "-c",
-        "-e",
-        "trace=write",
-        "-o",
-        &out,
-        "-p",
-        &pid.to_string(),
-    ])
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().or_fail("starting strace (is it installed?)")?;
+    let pid_arg = pid.to_string();
+    let args = ["-c", "-e", "trace=write", "-o", &out, "-p", &pid_arg];
+    // strace's stderr is read as it comes (its stdout has nothing: the summary goes to `out`).
+    let strace = duct::cmd("strace", args)
+        .stdin_null()
+        .stderr_to_stdout()
+        .unchecked()
+        .reader()
+        .or_fail("starting strace (is it installed?)")?;
+    let strace = std::sync::Arc::new(strace);
     // strace says "Process N attached" on stderr once it traces us.
-    let mut err = child.stderr.take().ok_or("strace's stderr")?;
     let (tx, rx) = std::sync::mpsc::channel();
+    let reader = strace.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 256];
         let mut seen = String::new();
-        while let Ok(n) = err.read(&mut buf) {
+        while let Ok(n) = (&*reader).read(&mut buf) {
             if n == 0 {
                 break;
             }
@@ -68,19 +64,24 @@ fn strace_writes(f: impl FnOnce() -> Result<()>) -> Result<u64> {
         }
     });
     if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-        let _ = child.kill();
-        let _ = child.wait();
+        let _ = strace.kill();
         return Err("strace did not attach within 20s".into());
     }
     let r = f();
     // SIGINT makes strace detach and write its summary.
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
-    let exited =
-        course::wait_or_kill(&mut child, Duration::from_secs(20)).or_fail("waiting for strace")?;
-    if exited.is_none() {
-        return Err("strace did not exit within 20s of SIGINT".into());
+    let _ = duct::cmd("kill", ["-INT", &strace.pids()[0].to_string()])
+        .unchecked()
+        .run();
+    let start = Instant::now();
+    loop {
+        if strace.try_wait().or_fail("waiting for strace")?.is_some() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = strace.kill();
+            return Err("strace did not exit within 20s of SIGINT".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     r?;
     let summary = std::fs::read_to_string(&out).or_fail_with(|| format!("reading {out}"))?;
