@@ -86,12 +86,7 @@ pub(crate) fn connect(
     }
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let qp = pd.create_qp(&init)?;
-    let mine = Endpoint {
-        name: name.into(),
-        psn: PSN,
-        gid: gid.gid.raw(),
-        ..Default::default()
-    };
+    let mine = Endpoint::rc(name, PSN, gid.gid.raw());
     let p = course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
     Ok(Connected {
         qp: p.qp,

@@ -109,11 +109,8 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     let cq = ctx.create_cq(64, None)?;
     // What every client receives: our QP (its number is filled in per connection), the table.
     let me = Endpoint {
-        name: "pool".into(),
-        psn: PSN,
-        gid: gid.gid.raw(),
         regions: table.clone(),
-        ..Default::default()
+        ..Endpoint::rc("pool", PSN, gid.gid.raw())
     };
 
     // Accept one connection: receive the client's endpoint, bring a QP up toward it, send

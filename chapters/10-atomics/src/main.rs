@@ -74,10 +74,10 @@ const NAMES: [&str; 4] = ["counter", "lock", "guarded record", "unguarded record
                   ch10-atomics --connect 10.77.0.1 --clients 2 --iters 20"
 )]
 struct Args {
-    /// Serve the pool (node a).
+    /// Serve the counter, the lock and the records (node a).
     #[arg(long, conflicts_with = "connect")]
     server: bool,
-    /// Use the pool served at HOST (node b).
+    /// Work on the counter, the lock and the records served at HOST (node b).
     #[arg(long, value_name = "HOST", required_unless_present = "server")]
     connect: Option<String>,
     /// Client processes sharing the counter, the lock and the records.
@@ -195,11 +195,8 @@ fn server(args: &Args) -> Result<bool> {
     let cq = ctx.create_cq(64, None)?;
     // What every client receives: our QP (its number is filled in per connection), the table.
     let me = Endpoint {
-        name: "pool".into(),
-        psn: PSN,
-        gid: gid.gid.raw(),
         regions: table.clone(),
-        ..Default::default()
+        ..Endpoint::rc("pool", PSN, gid.gid.raw())
     };
     let accept = |what: &str| -> Result<Peer> {
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
@@ -352,12 +349,7 @@ fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
-    let mine = Endpoint {
-        name: name.into(),
-        psn: PSN,
-        gid: gid.gid.raw(),
-        ..Default::default()
-    };
+    let mine = Endpoint::rc(name, PSN, gid.gid.raw());
     let p = course::connect_peer(host, args.port, qp, mine, "the pool server", CONNECT)?;
     let (qp, oob, srv) = (p.qp, p.oob, p.theirs);
     expect(

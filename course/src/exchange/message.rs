@@ -117,6 +117,18 @@ fn malformed(field: &'static str, detail: String, bytes: &[u8]) -> ExchangeError
 }
 
 impl Endpoint {
+    /// This end of an RC connection before its QP exists: a name, the first PSN and the GID
+    /// (raw bytes). The QP number is filled in once the QP is created (an accept or connect
+    /// helper does it); a memory server adds its `regions`.
+    pub fn rc(name: impl Into<String>, psn: u32, gid: [u8; 16]) -> Endpoint {
+        Endpoint {
+            name: name.into(),
+            psn,
+            gid,
+            ..Default::default()
+        }
+    }
+
     /// The whole message (header and body), ready to send.
     ///
     /// Fails if a field does not fit: QPN or PSN above 24 bits, a name longer than
