@@ -28,7 +28,9 @@
 //!   copy to its end with a deadline, and the copy ends itself with [`crash`] (SIGKILL).
 //! - **One RC connection over the lab's exchange**: [`accept_peer`] (server) and
 //!   [`connect_peer`] (client), once chapter 07 has shown the steps; [`accept_clients`] for a
-//!   server's several clients, printed in a stable order.
+//!   server's several clients, printed in a stable order; [`serve_write_target`], a region a
+//!   peer WRITEs into, and [`exchange_as_client`], the exchange without the bring-up, for the
+//!   exercises' checks.
 //! - [`done`]: the last line of a role.
 
 use std::ffi::OsString;
@@ -40,8 +42,8 @@ use std::time::{Duration, Instant};
 use crate::exchange::{Endpoint, Listener, OobStream};
 use crate::process::{Running, wait_or_kill};
 use lab::{
-    CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState, QpTypeState,
-    QueuePair, RtrAttr, RtsAttr, state,
+    AccessFlags, CompletionQueue, Context, Gid, InitAttr, ProtectionDomain, QpInitAttr, QpState,
+    QpTypeState, QueuePair, RtrAttr, RtsAttr, state,
 };
 
 /// A chapter's failure: the message printed after `error: `, with exit status 1.
@@ -412,6 +414,36 @@ pub fn accept_clients(
     Ok(conns)
 }
 
+/// The target of a peer's WRITEs, served once (what the WRITE exercises' checks run on node
+/// a): a region of `len` bytes registered with `IBV_ACCESS_REMOTE_WRITE`, on an RC QP that
+/// [`accept_peer`] connects through the exchange on `port`. `ready` is printed once the
+/// listener is bound (the line a role runner waits for). Returns the region's bytes once the
+/// client sends `done` within `done_within`, `None` when it closed the stream first (its code
+/// failed, which the client's own output says).
+pub fn serve_write_target(
+    port: u16,
+    len: usize,
+    ready: &str,
+    timeout: Duration,
+    done_within: Duration,
+) -> Outcome<Option<Vec<u8>>> {
+    let ctx = open_device(None)?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(16, None)?;
+    let mr = pd.reg_mr(len, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+    let listener = Listener::bind(port).or_fail("listen for the client")?;
+    println!("{ready}");
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    let mine = Endpoint {
+        regions: vec![mr.remote()],
+        ..Endpoint::rc("write-target", random_psn(), gid.gid.raw())
+    };
+    let mut peer = accept_peer(&listener, qp, &mine, "the client", timeout)?;
+    let done = peer.oob.recv_line(done_within).ok().as_deref() == Some("done");
+    Ok(done.then(|| mr.as_slice().to_vec()))
+}
+
 /// The client side: send `mine` (its `qpn` set to `qp`'s) to the server at `host:port`,
 /// receive the server's endpoint, and bring `qp` up toward it with `mine.psn`. A failed
 /// exchange says "exchanging endpoints with `what` at `host`".
@@ -432,6 +464,28 @@ pub fn connect_peer(
         &RtsAttr::new(mine.psn),
     )?;
     Ok(Peer { qp, oob, theirs })
+}
+
+/// The client side's exchange alone, for a caller that brings its QP up with attributes of
+/// its own (an exercise's check, where the learner writes them): sends this end (`name`,
+/// `qp`'s number, `psn`, port 1's RoCE v2 IPv4 GID) to the server at `host:port` and returns
+/// the stream and the server's endpoint; `qp` stays in RESET.
+pub fn exchange_as_client(
+    ctx: &Context,
+    qp: &QueuePair<state::Reset>,
+    name: &str,
+    psn: u32,
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Outcome<(OobStream, Endpoint)> {
+    let gid = ctx.roce_v2_ipv4_gid(1)?;
+    let mine = Endpoint {
+        qpn: qp.qp_num(),
+        ..Endpoint::rc(name, psn, gid.gid.raw())
+    };
+    OobStream::connect_exchange(host, port, &mine, timeout)
+        .or_fail_with(|| format!("exchanging endpoints with the server at {host}"))
 }
 
 /// Starts `count` copies of this program, each with this process's arguments plus

@@ -13,7 +13,9 @@
 //! so grading either needs one build; unset (the test suite), a check runs its dev check. A failing check panics through
 //! [`fail`]: a first line naming what is missing or wrong, then the expected and the actual.
 
+use crate::Node;
 use crate::course::workspace_root;
+use crate::testing::{Role, Transcript};
 use anyhow::{Context as _, Result, bail};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -160,6 +162,82 @@ pub fn panic_message(output: &str) -> Option<String> {
         })
         .collect();
     Some(msg.join("\n").trim_end().to_string())
+}
+
+/// The variable that tells a pair check's re-run which of its two roles it plays.
+pub const ROLE_VAR: &str = "LAB_EXERCISE_ROLE";
+
+/// The variable that gives the client role the server's address.
+pub const SERVER_VAR: &str = "LAB_EXERCISE_SERVER";
+
+/// What this process is, for a check that runs on the pair: the check itself, on the host,
+/// or one of the two roles it re-runs its own test binary as ([`pair_roles`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// The check (`LAB_EXERCISE_ROLE` unset): it runs the roles and judges them.
+    Check,
+    /// `server`, on node a.
+    Server,
+    /// `client:<arg>`, on node b; the argument is what the check passed (an implementation's
+    /// name, or the values the learner chose).
+    Client(String),
+}
+
+impl Part {
+    /// `$LAB_EXERCISE_ROLE`; any value other than `server` and `client:<arg>` panics with the
+    /// accepted forms (a typo must not run the check itself in a role's place).
+    pub fn from_env() -> Part {
+        match std::env::var(ROLE_VAR) {
+            Err(_) => Part::Check,
+            Ok(v) if v == "server" => Part::Server,
+            Ok(v) => match v.strip_prefix("client:") {
+                Some(arg) => Part::Client(arg.to_string()),
+                None => panic!("{ROLE_VAR}={v:?}: expected \"server\" or \"client:<arg>\""),
+            },
+        }
+    }
+}
+
+/// The two roles of a check on the pair, both this test binary again running only `test`:
+/// `server` on node a (the next role starts once it prints `ready`), then `client:<client>`
+/// on node b, told the server's address (`server_addr`) in `LAB_EXERCISE_SERVER`.
+pub fn pair_roles(test: &str, ready: &str, client: &str, server_addr: &str) -> Vec<Role> {
+    let exe = std::env::current_exe().expect("current_exe");
+    let exe = exe.to_string_lossy().into_owned();
+    let argv = [
+        exe.as_str(),
+        test,
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    vec![
+        Role::new("server", argv)
+            .env(ROLE_VAR, "server")
+            .ready(ready),
+        Role::new("client", argv)
+            .on(Node::B)
+            .env(ROLE_VAR, &format!("client:{client}"))
+            .env(SERVER_VAR, server_addr),
+    ]
+}
+
+/// In the client role: the server's address, from `LAB_EXERCISE_SERVER`.
+pub fn server_addr() -> String {
+    std::env::var(SERVER_VAR).unwrap_or_else(|_| panic!("{SERVER_VAR} is not set"))
+}
+
+/// Fails the check if a role exited non-zero, with that role's panic message (the whole
+/// transcript when it has none). The last role is looked at first: the client, where the
+/// learner's code runs; a server that stopped with it stopped because of it.
+#[track_caller]
+pub fn fail_on_role_exit(t: &Transcript) {
+    if let Some(s) = t.sections.iter().rev().find(|s| s.exit_code != 0) {
+        match panic_message(&format!("{}{}", s.stdout, s.stderr)) {
+            Some(m) => panic!("{m}"),
+            None => panic!("the {} role exited {}\n{t}", s.name, s.exit_code),
+        }
+    }
 }
 
 /// The registry: `chapters/exercises.toml`.

@@ -10,10 +10,12 @@
 //!   step 1, a planted path MTU of 256 fails naming the size of its packets on the wire, the
 //!   reference solution passes.
 
-use course::exchange::{Endpoint, Listener, OobStream};
-use harness::Node;
-use harness::exercises::{Impl, assert_fails_with, fail, panic_message, step};
-use harness::testing::{Role, run_roles_traced, wire_lab};
+use course::exchange::Endpoint;
+use harness::exercises::{
+    Impl, Part, assert_fails_with, fail, fail_on_role_exit, pair_roles, panic_message, server_addr,
+    step,
+};
+use harness::testing::{run_roles_traced, wire_lab};
 use harness::wire::expect::Trace;
 use lab::{AccessFlags, Context, InitAttr, MemoryRegion, Mtu, QpInitAttr, RtrAttr, RtsAttr};
 use std::time::Duration;
@@ -24,7 +26,6 @@ mod solution;
 mod starter;
 
 const TEST: &str = "write_4k";
-const ROLE_VAR: &str = "LAB_EXERCISE_ROLE";
 const PORT: u16 = 18577;
 const LEN: usize = 4096;
 const T: Duration = Duration::from_secs(30);
@@ -47,51 +48,13 @@ fn rtr_of(which: &str) -> fn(&Endpoint) -> RtrAttr {
     }
 }
 
-fn endpoint(
-    ctx: &Context,
-    qpn: u32,
-    psn: u32,
-    regions: Vec<course::exchange::RemoteRegion>,
-) -> Endpoint {
-    let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID");
-    Endpoint {
-        name: "ex07".into(),
-        lid: 0,
-        qpn,
-        psn,
-        gid: gid.gid.raw(),
-        regions,
-    }
-}
-
-/// Node a: expose 4 KiB, hand out its endpoint, wait for "done", check the bytes.
+/// Node a: expose 4 KiB to the client's WRITE, wait for "done", check the bytes.
 fn server() {
-    let ctx = Context::open_default().expect("open the rxe device");
-    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
-    let cq = ctx.create_cq(16, None).expect("ibv_create_cq");
-    let mr = pd
-        .reg_mr(LEN, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .expect("reg_mr");
-    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).expect("create QP");
-    let listener = Listener::bind(PORT).expect("listen");
-    println!("{READY}");
-    let mut oob = listener.accept(T).expect("accept the client");
-    let theirs = oob.recv_msg(T).expect("the client's endpoint");
-    let rtr = RtrAttr::new(theirs.qpn, theirs.psn, lab::Gid(theirs.gid));
-    let qp = qp
-        .bring_up(&InitAttr::default(), &rtr, &RtsAttr::new(0x00aaaa))
-        .expect("RTS");
-    oob.send_msg(&endpoint(&ctx, qp.qp_num(), 0x00aaaa, vec![mr.remote()]), T)
-        .expect("send");
     // The client says "done" or closes the stream (its code failed): either way we stop.
-    if oob.recv_line(T).ok().as_deref() == Some("done") {
-        let ok = mr
-            .as_slice()
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == pattern(i));
+    let got = course::serve_write_target(PORT, LEN, READY, T, T).expect("the WRITE target");
+    if let Some(bytes) = got {
         assert!(
-            ok,
+            bytes.iter().enumerate().all(|(i, &b)| b == pattern(i)),
             "the 4096 bytes did not land intact in the server's region"
         );
     }
@@ -111,10 +74,9 @@ fn client(which: &str) {
         *b = pattern(i);
     }
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).expect("create QP");
-    let host = std::env::var("LAB_EXERCISE_SERVER").expect("LAB_EXERCISE_SERVER");
-    let mine = endpoint(&ctx, qp.qp_num(), 0x00bbbb, vec![]);
     let (mut oob, theirs) =
-        OobStream::connect_exchange(&host, PORT, &mine, T).expect("exchange with the server");
+        course::exchange_as_client(&ctx, &qp, "ex07", 0x00bbbb, &server_addr(), PORT, T)
+            .expect("exchange with the server");
     let rtr = step("rtr_attr", || rtr_of(which)(&theirs));
     let qp = qp
         .bring_up(&InitAttr::default(), &rtr, &RtsAttr::new(0x00bbbb))
@@ -141,19 +103,7 @@ fn client(which: &str) {
 
 /// The check, on the host: both roles on the pair, the wire recorded, then the trace.
 fn check_write_4k(which: &str) {
-    let exe = std::env::current_exe().expect("current_exe");
-    let exe = exe.to_string_lossy();
-    let argv = [&*exe, TEST, "--exact", "--nocapture", "--test-threads=1"];
-    let addr = wire_lab().server_addr();
-    let roles = vec![
-        Role::new("server", argv)
-            .env(ROLE_VAR, "server")
-            .ready(READY),
-        Role::new("client", argv)
-            .on(Node::B)
-            .env(ROLE_VAR, &format!("client:{which}"))
-            .env("LAB_EXERCISE_SERVER", addr),
-    ];
+    let roles = pair_roles(TEST, READY, which, wire_lab().server_addr());
     let t = run_roles_traced(roles);
     let trace = Trace::new(t.packets.clone()).rc();
     // The wire first: a WRITE cut into packets smaller than 1024 bytes is the mistake to name,
@@ -173,18 +123,7 @@ fn check_write_4k(which: &str) {
             trace.side_by_side(&WANT)
         );
     }
-    for s in t.transcript.sections.iter().rev() {
-        if s.exit_code != 0 {
-            let out = format!("{}{}", s.stdout, s.stderr);
-            match panic_message(&out) {
-                Some(m) => panic!("{m}"),
-                None => panic!(
-                    "the {} role exited {}\n{}",
-                    s.name, s.exit_code, t.transcript
-                ),
-            }
-        }
-    }
+    fail_on_role_exit(&t.transcript);
     if let Some(diff) = trace.check_opcodes(&WANT) {
         panic!("the 4 KiB WRITE is not FIRST, 2 x MIDDLE, LAST and one ACK on the wire\n{diff}");
     }
@@ -192,11 +131,10 @@ fn check_write_4k(which: &str) {
 
 #[test]
 fn write_4k() {
-    match std::env::var(ROLE_VAR).ok().as_deref() {
-        Some("server") => server(),
-        Some(c) if c.starts_with("client:") => client(&c["client:".len()..]),
-        Some(r) => panic!("{ROLE_VAR}={r:?}: expected server or client:<impl>"),
-        None => match Impl::from_env() {
+    match Part::from_env() {
+        Part::Server => server(),
+        Part::Client(which) => client(&which),
+        Part::Check => match Impl::from_env() {
             Some(imp) => check_write_4k(imp.name()),
             None => dev_check(),
         },

@@ -121,7 +121,7 @@ pub(crate) fn check_table(table: &[RemoteRegion], args: &Args) -> Result<()> {
 pub(crate) fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     let size = args.block_size as usize;
     let mine: Vec<u32> = (0..args.blocks)
-        .filter(|&b| owner(b, args.clients) == index)
+        .filter(|&b| owner(b, args.roles.clients) == index)
         .collect();
     let list = block_list(&mine);
 
@@ -173,7 +173,7 @@ pub(crate) fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     for (slot, &b) in mine.iter().enumerate() {
         local.as_mut_slice()[slot * size..(slot + 1) * size].copy_from_slice(&block_content(
             b,
-            args.clients,
+            args.roles.clients,
             size,
         ));
     }
@@ -208,7 +208,7 @@ pub(crate) fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
     let mut ok = true;
     for (slot, &b) in mine.iter().enumerate() {
         let got = &local.as_slice()[slot * size..(slot + 1) * size];
-        let same = got == block_content(b, args.clients, size).as_slice();
+        let same = got == block_content(b, args.roles.clients, size).as_slice();
         ok &= same;
         let sum = fnv1a64(got);
         println!(
@@ -234,7 +234,7 @@ pub(crate) fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
 // The client role: start the workers, show their output, then misbehave on purpose
 
 pub(crate) fn clients(args: &Args, host: &str) -> Result<bool> {
-    let k = args.clients;
+    let k = args.roles.clients;
     // One process per client: copies of this program with `--client-index i`, each with its
     // own QP and its own blocks; then this process misbehaves on purpose.
     course::client_role(
@@ -302,7 +302,7 @@ pub(crate) fn misbehave(args: &Args, host: &str) -> Result<bool> {
     println!("  3b: a correct READ of block 0 with the blocking form");
     let head = pool.read_vec(0, 0, 32)?;
     println!("    block 0 starts with \"{}\"", header_of(&head));
-    ok &= header_of(&head) == header_of(&block_content(0, args.clients, 32));
+    ok &= header_of(&head) == header_of(&block_content(0, args.roles.clients, 32));
 
     println!("  3c: the same WRITE with a forged rkey (the real one + 1): only the server's");
     println!("      device can tell, so the error comes back as a completion");

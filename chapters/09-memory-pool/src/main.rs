@@ -102,15 +102,10 @@ const TABLE_TAG: &[u8; 4] = b"POOL";
                   ch09-memory-pool --connect 10.77.0.1 --clients 2"
 )]
 struct Args {
-    /// Serve the pool (node a).
-    #[arg(long, conflicts_with = "connect")]
-    server: bool,
-    /// Use the pool served at HOST (node b).
-    #[arg(long, value_name = "HOST", required_unless_present = "server")]
-    connect: Option<String>,
-    /// Worker processes writing the pool at the same time.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
-    clients: u32,
+    /// `--server` (serve the pool), `--connect HOST` (use it), `--clients K` worker processes
+    /// writing it at the same time.
+    #[command(flatten)]
+    roles: course::cli::FanOut,
     /// Blocks in the pool (at least --clients: each client owns blocks i, i+K, i+2K, ...).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     blocks: u32,
@@ -136,9 +131,6 @@ struct Args {
     /// (internal) run as server process N of --case reconnect.
     #[arg(long, hide = true, value_name = "N", requires = "case")]
     server_round: Option<u32>,
-    /// (internal) run as worker I of the client role.
-    #[arg(long, hide = true, value_name = "I")]
-    client_index: Option<u32>,
 }
 
 /// The scenarios of `--case`.
@@ -164,13 +156,13 @@ impl Args {
                 self.blocks, self.block_size
             ));
         }
-        if self.bench.is_none() && self.blocks < self.clients {
+        if self.bench.is_none() && self.blocks < self.roles.clients {
             return Err(format!(
                 "--blocks {} is less than --clients {}: every client needs at least one block",
-                self.blocks, self.clients
+                self.blocks, self.roles.clients
             ));
         }
-        if let Some(host) = &self.connect
+        if let Some(host) = &self.roles.connect
             && self.cm
             && host.parse::<IpAddr>().is_err()
         {
@@ -178,15 +170,7 @@ impl Args {
                 "--cm needs the server's IP address, not {host:?} (rdma_cm resolves addresses)"
             ));
         }
-        if let Some(i) = self.client_index
-            && i >= self.clients
-        {
-            return Err(format!(
-                "--client-index {i} is out of range for --clients {}",
-                self.clients
-            ));
-        }
-        Ok(())
+        self.roles.check()
     }
 }
 
@@ -196,7 +180,7 @@ fn main() -> ExitCode {
         eprintln!("error: {msg}\n\nFor more information, try '--help'.");
         return ExitCode::from(2);
     }
-    let result = match (&args.connect, args.client_index, args.bench) {
+    let result = match (&args.roles.connect, args.roles.client_index, args.bench) {
         (None, _, _) if args.case == Some(Case::Reconnect) => match args.server_round {
             Some(n) => reconnect::reconnect_server(&args, n),
             None => reconnect::supervisor(),

@@ -95,7 +95,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
     }
     println!("step 4: server {n}: the client reported: {line}");
     let got = &pool.as_slice()[..size];
-    let ok = got == block_content(0, args.clients, size).as_slice();
+    let ok = got == block_content(0, args.roles.clients, size).as_slice();
     println!(
         "step 5: server {n}: block 0 holds \"{}\" checksum=0x{:016x} {}",
         header_of(got),
@@ -108,7 +108,7 @@ pub(crate) fn reconnect_server(args: &Args, n: u32) -> Result<bool> {
 /// The client of `--case reconnect`: one QP for the whole run, through two servers.
 pub(crate) fn reconnect_client(args: &Args, host: &str) -> Result<bool> {
     let size = args.block_size as usize;
-    let data = block_content(0, args.clients, size);
+    let data = block_content(0, args.roles.clients, size);
     let ctx = course::open_device(None)?;
     let gid = ctx.roce_v2_ipv4_gid(1)?;
     let pd = ctx.alloc_pd()?;

@@ -18,7 +18,11 @@ use lab::{AccessFlags, MemoryRegion, QpInitAttr, QpState};
 pub(crate) fn server(args: &Args) -> Result<bool> {
     let (n, size) = (args.blocks as usize, args.block_size as usize);
     let bench = args.bench.is_some();
-    let workers = if bench { 1 } else { args.clients as usize };
+    let workers = if bench {
+        1
+    } else {
+        args.roles.clients as usize
+    };
 
     println!("step 1: open the device, find the RoCE v2 GID, allocate a protection domain");
     // With --cm the QPs are created by rdma_create_qp, which takes only a PD of librdmacm's
@@ -182,7 +186,7 @@ pub(crate) fn server(args: &Args) -> Result<bool> {
     let mut good = 0;
     for b in 0..n {
         let bytes = &pool.as_slice()[b * size..(b + 1) * size];
-        let want = block_content(b as u32, args.clients, size);
+        let want = block_content(b as u32, args.roles.clients, size);
         let sum = fnv1a64(bytes);
         let verdict = if bytes == want.as_slice() {
             good += 1;

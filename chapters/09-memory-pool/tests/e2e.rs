@@ -2,7 +2,7 @@
 //! (its worker processes and the misbehaving client) on node b. Plus the command line's bad
 //! input, which needs no device.
 
-use harness::testing::run_chapter;
+use harness::testing::{run_chapter, value_after};
 use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
 
@@ -145,15 +145,6 @@ fn reconnect_by_hand() {
     );
     assert_ne!(value_after(l1, " psn="), value_after(l2, " psn="), "{s}");
     assert_ne!(l1.rsplit("psn=").next(), l2.rsplit("psn=").next(), "{s}");
-}
-
-/// The 8 characters (`0x00001a`) after the first `marker`.
-fn value_after<'a>(text: &'a str, marker: &str) -> &'a str {
-    let i = text
-        .find(marker)
-        .unwrap_or_else(|| panic!("no {marker:?} in\n{text}"))
-        + marker.len();
-    &text[i..i + 8]
 }
 
 /// Bad command lines: a clear message and exit status 2, never a panic. Runs on the host.

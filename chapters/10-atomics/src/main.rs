@@ -74,15 +74,10 @@ const NAMES: [&str; 4] = ["counter", "lock", "guarded record", "unguarded record
                   ch10-atomics --connect 10.77.0.1 --clients 2 --iters 20"
 )]
 struct Args {
-    /// Serve the counter, the lock and the records (node a).
-    #[arg(long, conflicts_with = "connect")]
-    server: bool,
-    /// Work on the counter, the lock and the records served at HOST (node b).
-    #[arg(long, value_name = "HOST", required_unless_present = "server")]
-    connect: Option<String>,
-    /// Client processes sharing the counter, the lock and the records.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
-    clients: u32,
+    /// `--server` (serve the counter, the lock and the records), `--connect HOST` (work on
+    /// them), `--clients K` client processes sharing them.
+    #[command(flatten)]
+    roles: course::cli::FanOut,
     /// Increments (and locked / unlocked updates) per client.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     iters: u32,
@@ -92,24 +87,15 @@ struct Args {
     /// TCP port of the exchange.
     #[arg(long, default_value_t = LAB_PORT)]
     port: u16,
-    /// (internal) run as worker I of the client role.
-    #[arg(long, hide = true, value_name = "I")]
-    client_index: Option<u32>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(i) = args.client_index
-        && i >= args.clients
-    {
-        eprintln!(
-            "error: --client-index {i} is out of range for --clients {}\n\nFor more \
-             information, try '--help'.",
-            args.clients
-        );
+    if let Err(msg) = args.roles.check() {
+        eprintln!("error: {msg}\n\nFor more information, try '--help'.");
         return ExitCode::from(2);
     }
-    let result = match (&args.connect, args.client_index) {
+    let result = match (&args.roles.connect, args.roles.client_index) {
         (None, _) => server(&args),
         (Some(host), Some(i)) => worker(&args, host, i),
         (Some(host), None) => clients(&args, host),
@@ -141,7 +127,7 @@ fn set_u64_at(bytes: &mut [u8], i: usize, v: u64) {
 // Server (node a)
 
 fn server(args: &Args) -> Result<bool> {
-    let (k, m) = (args.clients as usize, args.iters as u64);
+    let (k, m) = (args.roles.clients as usize, args.iters as u64);
 
     println!("step 1: open the device; can it do atomics?");
     let ctx = course::open_device(None)?;
@@ -284,7 +270,7 @@ fn server(args: &Args) -> Result<bool> {
         if each_once { "yes" } else { "NO" }
     );
 
-    let g = &mem[GUARDED * BLOCK..GUARDED * BLOCK + record_len(args.clients)];
+    let g = &mem[GUARDED * BLOCK..GUARDED * BLOCK + record_len(args.roles.clients)];
     let g_total = u64_at(g, 0);
     let g_each: Vec<u64> = (0..k).map(|i| u64_at(g, 1 + i)).collect();
     let g_ok = g_total == expected && g_each.iter().all(|&c| c == m);
@@ -310,7 +296,7 @@ fn server(args: &Args) -> Result<bool> {
         if lock == 0 { "free" } else { "STILL HELD" }
     );
 
-    let u = &mem[UNGUARDED * BLOCK..UNGUARDED * BLOCK + record_len(args.clients)];
+    let u = &mem[UNGUARDED * BLOCK..UNGUARDED * BLOCK + record_len(args.roles.clients)];
     let u_total = u64_at(u, 0);
     ok &= u_total <= expected;
     println!(
@@ -371,7 +357,7 @@ fn connect(args: &Args, host: &str, name: &str) -> Result<(RemotePool, OobStream
 /// One read-modify-write of a record: READ it, add 1 to the total and to our count, pause
 /// (the race window), WRITE it back.
 fn read_modify_write(pool: &mut RemotePool, block: usize, args: &Args, me: usize) -> Result<()> {
-    let mut rec = pool.read_vec(block, 0, record_len(args.clients))?;
+    let mut rec = pool.read_vec(block, 0, record_len(args.roles.clients))?;
     let (total, mine) = (u64_at(&rec, 0), u64_at(&rec, 1 + me));
     set_u64_at(&mut rec, 0, total + 1);
     set_u64_at(&mut rec, 1 + me, mine + 1);
@@ -450,7 +436,7 @@ fn worker(args: &Args, host: &str, index: u32) -> Result<bool> {
 }
 
 fn clients(args: &Args, host: &str) -> Result<bool> {
-    let k = args.clients;
+    let k = args.roles.clients;
     // One process per client: copies of this program with `--client-index i`; then this
     // process posts a misaligned atomic on purpose.
     course::client_role(

@@ -9,7 +9,7 @@
 
 use course::kernel::{KernelVersion, RxeChange};
 use harness::Topology;
-use harness::testing::{Role, lab_kernel, run_chapter, run_roles};
+use harness::testing::{Role, lab_kernel, run_chapter, run_roles, value_after};
 use harness::testing_cli::refuses_command_line;
 use rstest::rstest;
 
@@ -67,15 +67,6 @@ fn chapter() {
         value_after(c, "-> qpn="),
         value_after(s, "dest_qp_num qpn=")
     );
-}
-
-/// The 8 characters (`0x00001a`) after the first `marker`.
-fn value_after<'a>(text: &'a str, marker: &str) -> &'a str {
-    let i = text
-        .find(marker)
-        .unwrap_or_else(|| panic!("no {marker:?} in\n{text}"))
-        + marker.len();
-    &text[i..i + 8]
 }
 
 #[test]

@@ -14,9 +14,11 @@
 //!   plants a connect that waits for ESTABLISHED only, a reason that keeps the REJ's padding,
 //!   and a connect without the hello.
 
-use harness::exercises::{Impl, assert_fails_with, fail, panic_message, step};
-use harness::testing::{Role, lab, run_roles};
-use harness::{Node, Topology};
+use harness::Topology;
+use harness::exercises::{
+    Impl, Part, assert_fails_with, fail, fail_on_role_exit, pair_roles, server_addr, step,
+};
+use harness::testing::{lab, run_roles};
 use lab::cm::{CmEvent, CmEventType, CmId, ConnParam};
 use lab::{QpInitAttr, QpState, QueuePair, state};
 use std::net::{IpAddr, SocketAddr};
@@ -32,7 +34,6 @@ mod solution;
 mod starter;
 
 const TEST: &str = "cm_connect";
-const ROLE_VAR: &str = "LAB_EXERCISE_ROLE";
 const PORT: u16 = 18612;
 const T: Duration = Duration::from_secs(10);
 const READY: &str = "exercise server: listening";
@@ -94,7 +95,7 @@ fn server() {
 
 /// Node b: the exercise's connect on a fresh id, then the QP's state.
 fn client(which: &str) {
-    let host = std::env::var("LAB_EXERCISE_SERVER").expect("LAB_EXERCISE_SERVER");
+    let host = server_addr();
     let ip: IpAddr = host.parse().expect("LAB_EXERCISE_SERVER is an IP address");
     let ip = if ip.is_loopback() { own_ip() } else { ip };
     let dst = SocketAddr::new(ip, PORT);
@@ -121,28 +122,10 @@ fn client(which: &str) {
 
 /// The check, on the host: both roles on the pair; the first failing role's message.
 fn check_cm_connect(which: &str) {
-    let exe = std::env::current_exe().expect("current_exe");
-    let exe = exe.to_string_lossy();
-    let argv = [&*exe, TEST, "--exact", "--nocapture", "--test-threads=1"];
     let addr = lab(Topology::Pair).server_addr();
-    let roles = vec![
-        Role::new("server", argv)
-            .env(ROLE_VAR, "server")
-            .ready(READY),
-        Role::new("client", argv)
-            .on(Node::B)
-            .env(ROLE_VAR, &format!("client:{which}"))
-            .env("LAB_EXERCISE_SERVER", addr),
-    ];
+    let roles = pair_roles(TEST, READY, which, addr);
     let t = run_roles(Topology::Pair, roles);
-    for s in t.sections.iter().rev() {
-        if s.exit_code != 0 {
-            match panic_message(&format!("{}{}", s.stdout, s.stderr)) {
-                Some(m) => panic!("{m}"),
-                None => panic!("the {} role exited {}\n{t}", s.name, s.exit_code),
-            }
-        }
-    }
+    fail_on_role_exit(&t);
     let server = &t.section("server").stdout;
     assert!(
         server.contains("exercise server: ESTABLISHED"),
@@ -152,11 +135,10 @@ fn check_cm_connect(which: &str) {
 
 #[test]
 fn cm_connect() {
-    match std::env::var(ROLE_VAR).ok().as_deref() {
-        Some("server") => server(),
-        Some(c) if c.starts_with("client:") => client(&c["client:".len()..]),
-        Some(r) => panic!("{ROLE_VAR}={r:?}: expected server or client:<impl>"),
-        None => match Impl::from_env() {
+    match Part::from_env() {
+        Part::Server => server(),
+        Part::Client(which) => client(&which),
+        Part::Check => match Impl::from_env() {
             Some(imp) => check_cm_connect(imp.name()),
             None => dev_check(),
         },

@@ -12,10 +12,11 @@
 //!   retry_cnt 0 fails with `IBV_WC_RETRY_EXC_ERR (12)` on the lossy wire, the reference
 //!   solution passes.
 
-use course::exchange::{Endpoint, Listener, OobStream};
 use harness::Node;
-use harness::exercises::{Impl, assert_fails_with, fail, panic_message, step};
-use harness::testing::{Role, run_roles_traced, wire_lab};
+use harness::exercises::{
+    Impl, Part, assert_fails_with, fail, fail_on_role_exit, pair_roles, server_addr, step,
+};
+use harness::testing::{run_roles_traced, wire_lab};
 use harness::wire::expect::Trace;
 use harness::wire::fault::{self, Impair};
 use lab::{AccessFlags, Context, InitAttr, QpInitAttr, RtrAttr, RtsAttr, SendWr, WcStatus};
@@ -27,7 +28,6 @@ mod solution;
 mod starter;
 
 const TEST: &str = "survive_loss";
-const ROLE_VAR: &str = "LAB_EXERCISE_ROLE";
 const PORT: u16 = 18593;
 const WRITES: usize = 48;
 const LEN: usize = 64;
@@ -46,58 +46,18 @@ fn chosen(imp: Impl) -> Attrs {
     }
 }
 
-fn endpoint(
-    ctx: &Context,
-    qpn: u32,
-    psn: u32,
-    regions: Vec<course::exchange::RemoteRegion>,
-) -> Endpoint {
-    let gid = ctx.roce_v2_ipv4_gid(1).expect("RoCE v2 GID");
-    Endpoint {
-        name: "ex13".into(),
-        lid: 0,
-        qpn,
-        psn,
-        gid: gid.gid.raw(),
-        regions,
-    }
-}
-
 fn pattern(i: usize) -> u8 {
     (i % 251) as u8
 }
 
-/// Node a: expose WRITES x LEN bytes, wait for "done", check them.
+/// Node a: expose WRITES x LEN bytes to the client's WRITEs, wait for "done", check them.
 fn server() {
-    let ctx = Context::open_default().expect("open the rxe device");
-    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
-    let cq = ctx.create_cq(16, None).expect("ibv_create_cq");
-    let mr = pd
-        .reg_mr(
-            WRITES * LEN,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .expect("reg_mr");
-    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).expect("create QP");
-    let listener = Listener::bind(PORT).expect("listen");
-    println!("{READY}");
-    let mut oob = listener.accept(T).expect("accept the client");
-    let theirs = oob.recv_msg(T).expect("the client's endpoint");
-    let rtr = RtrAttr::new(theirs.qpn, theirs.psn, lab::Gid(theirs.gid));
-    let qp = qp
-        .bring_up(&InitAttr::default(), &rtr, &RtsAttr::new(0x00aaaa))
-        .expect("RTS");
-    oob.send_msg(&endpoint(&ctx, qp.qp_num(), 0x00aaaa, vec![mr.remote()]), T)
-        .expect("send");
     // The client says "done" or closes the stream (a WRITE failed): either way we stop.
-    if oob.recv_line(SERIES + T).ok().as_deref() == Some("done") {
-        let ok = mr
-            .as_slice()
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == pattern(i));
+    let got = course::serve_write_target(PORT, WRITES * LEN, READY, T, SERIES + T)
+        .expect("the WRITE target");
+    if let Some(bytes) = got {
         assert!(
-            ok,
+            bytes.iter().enumerate().all(|(i, &b)| b == pattern(i)),
             "the {WRITES} WRITEs did not land intact in the server's region"
         );
     }
@@ -115,10 +75,9 @@ fn client(timeout: u8, retry: u8) {
         *b = pattern(i);
     }
     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).expect("create QP");
-    let host = std::env::var("LAB_EXERCISE_SERVER").expect("LAB_EXERCISE_SERVER");
-    let mine = endpoint(&ctx, qp.qp_num(), 0x00bbbb, vec![]);
     let (mut oob, theirs) =
-        OobStream::connect_exchange(&host, PORT, &mine, T).expect("exchange with the server");
+        course::exchange_as_client(&ctx, &qp, "ex13", 0x00bbbb, &server_addr(), PORT, T)
+            .expect("exchange with the server");
     let rtr = RtrAttr::new(theirs.qpn, theirs.psn, lab::Gid(theirs.gid));
     let rts = RtsAttr::new(0x00bbbb).timeout(timeout).retry_cnt(retry);
     let qp = qp
@@ -212,31 +171,11 @@ fn check_survive_loss(attrs: Attrs) {
     let lab = wire_lab();
     let healed = Healed(lab.clone());
     fault::impair(&lab, &[Node::B], Impair::Loss(LOSS)).expect("put loss on node b");
-    let exe = std::env::current_exe().expect("current_exe");
-    let exe = exe.to_string_lossy();
-    let argv = [&*exe, TEST, "--exact", "--nocapture", "--test-threads=1"];
-    let roles = vec![
-        Role::new("server", argv)
-            .env(ROLE_VAR, "server")
-            .ready(READY),
-        Role::new("client", argv)
-            .on(Node::B)
-            .env(ROLE_VAR, &format!("client:{timeout}:{retry}"))
-            .env("LAB_EXERCISE_SERVER", lab.server_addr()),
-    ];
+    let client = format!("{timeout}:{retry}");
+    let roles = pair_roles(TEST, READY, &client, lab.server_addr());
     let t = run_roles_traced(roles);
     drop(healed);
-    for s in t.transcript.sections.iter().rev() {
-        if s.exit_code != 0 {
-            match panic_message(&format!("{}{}", s.stdout, s.stderr)) {
-                Some(m) => panic!("{m}"),
-                None => panic!(
-                    "the {} role exited {}\n{}",
-                    s.name, s.exit_code, t.transcript
-                ),
-            }
-        }
-    }
+    fail_on_role_exit(&t.transcript);
     let trace = Trace::new(t.packets.clone()).rc();
     let again = trace.retransmitted_psns();
     if again.is_empty() {
@@ -255,17 +194,16 @@ fn check_survive_loss(attrs: Attrs) {
 
 #[test]
 fn survive_loss() {
-    match std::env::var(ROLE_VAR).ok().as_deref() {
-        Some("server") => server(),
-        Some(c) if c.starts_with("client:") => {
-            let v: Vec<u8> = c["client:".len()..]
+    match Part::from_env() {
+        Part::Server => server(),
+        Part::Client(arg) => {
+            let v: Vec<u8> = arg
                 .split(':')
                 .map(|x| x.parse().expect("client:<timeout>:<retry_cnt>"))
                 .collect();
             client(v[0], v[1])
         }
-        Some(r) => panic!("{ROLE_VAR}={r:?}: expected server or client:<timeout>:<retry_cnt>"),
-        None => match Impl::from_env() {
+        Part::Check => match Impl::from_env() {
             Some(imp) => check_survive_loss(chosen(imp)),
             None => dev_check(),
         },

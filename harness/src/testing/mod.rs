@@ -154,6 +154,18 @@ impl std::fmt::Display for Transcript {
     }
 }
 
+/// The 8 characters of a labelled 24-bit number (`0x00001a`: a QPN, a PSN) after the first
+/// `marker` in a chapter's output, for tests that compare what two roles printed. Panics,
+/// showing the text, when the marker is missing.
+pub fn value_after<'a>(text: &'a str, marker: &str) -> &'a str {
+    let i = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker:?} in\n{text}"))
+        + marker.len();
+    text.get(i..i + 8)
+        .unwrap_or_else(|| panic!("fewer than 8 characters after {marker:?} in\n{text}"))
+}
+
 /// The deadline of one run (`LAB_TIMEOUT_SECS`, default 180 s: generous for TCG).
 pub fn run_timeout() -> Duration {
     Duration::from_secs(

@@ -431,6 +431,21 @@ impl RtsAttr {
         self.max_rd_atomic = Some(n);
         self
     }
+
+    /// The raw attributes of the RTR -> RTS call, with `max_rd_atomic` (what
+    /// [`QueuePair::to_rts`](super::QueuePair::to_rts) sends, the default already resolved):
+    /// state RTS, timeout, retry_cnt, rnr_retry, sq_psn and max_rd_atomic, each with its mask
+    /// bit. For [`QueuePair::modify`](super::QueuePair::modify), to send them from a state
+    /// the typed path does not allow (chapter 08 sends them from INIT).
+    pub fn qp_attr(&self, max_rd_atomic: u8) -> QpAttr {
+        QpAttr::new()
+            .state(QpState::Rts)
+            .timeout(self.timeout)
+            .retry_cnt(self.retry_cnt)
+            .rnr_retry(self.rnr_retry)
+            .sq_psn(self.sq_psn)
+            .max_rd_atomic(max_rd_atomic)
+    }
 }
 
 /// What `ibv_query_qp(3)` reports.

@@ -105,14 +105,6 @@ impl QueuePair<state::Rtr> {
                 Err(error) => return Err(TransitionError::new(self, error)),
             },
         };
-        self.transition_to(
-            QpAttr::new()
-                .state(QpState::Rts)
-                .timeout(a.timeout)
-                .retry_cnt(a.retry_cnt)
-                .rnr_retry(a.rnr_retry)
-                .sq_psn(a.sq_psn)
-                .max_rd_atomic(max_rd),
-        )
+        self.transition_to(a.qp_attr(max_rd))
     }
 }

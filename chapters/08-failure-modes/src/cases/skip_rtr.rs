@@ -19,14 +19,9 @@ pub fn run(r: &mut Report) -> Result<()> {
     let qp = qp.to_init(&InitAttr::default())?;
     r.step(format!("create QP {} and move it to INIT", show::qpn(qpn)));
 
-    // The raw escape hatch: the RTS attributes with the RTS mask, from INIT.
-    let attr = QpAttr::new()
-        .state(QpState::Rts)
-        .timeout(14)
-        .retry_cnt(6)
-        .rnr_retry(6)
-        .sq_psn(PSN_A)
-        .max_rd_atomic(1);
+    // The raw escape hatch: the attributes and mask of the RTR -> RTS call (what to_rts
+    // sends), sent from INIT instead.
+    let attr = RtsAttr::new(PSN_A).qp_attr(1);
     r.step(format!(
         "ibv_modify_qp(INIT -> RTS) with mask {}",
         attr.mask()
