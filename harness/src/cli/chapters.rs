@@ -242,8 +242,27 @@ pub(super) fn run_built(
 pub(super) fn get_lab(t: Topology) -> Result<Testbed> {
     let root = root()?;
     let t0 = Instant::now();
-    let lab = Testbed::acquire(t, Some(&root))
-        .with_context(|| format!("getting a {} lab; next: `cargo lab doctor`", t.name()))?;
+    // A restore takes about a second, a cold boot under TCG ten or more: say what is under
+    // way first (a spinner with the time so far on a terminal, one plain line otherwise).
+    let what = format!("lab: getting the {} lab", t.name());
+    let spinner = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let s = indicatif::ProgressBar::new_spinner().with_message(what.clone());
+        s.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        s.enable_steady_tick(Duration::from_millis(200));
+        s
+    });
+    if spinner.is_none() {
+        eprintln!("{what} ...");
+    }
+    let lab = Testbed::acquire(t, Some(&root));
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    let lab =
+        lab.with_context(|| format!("getting a {} lab; next: `cargo lab doctor`", t.name()))?;
     eprintln!("lab: {} [{:.1} s]", lab.origin, t0.elapsed().as_secs_f64());
     Ok(lab)
 }
