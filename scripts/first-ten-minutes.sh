@@ -2,7 +2,7 @@
 # The first ten minutes, measured: what a new user meets, from a fresh clone, with each figure
 # printed beside its goal at the end.
 #
-#   bash scripts/first-ten-minutes.sh [--suite] [--runs N]
+#   bash scripts/first-ten-minutes.sh [--suite | --no-tour] [--runs N]
 #
 # Run it in a fresh clone on a fresh machine, or in a fresh Debian 13 root:
 #   sudo bash scripts/debian13-root.sh DIR bash scripts/first-ten-minutes.sh --suite
@@ -17,20 +17,24 @@
 #   4. the edit-run loop: with the loopback lab up, one line of chapter 06 changed and
 #      `cargo lab run 06` (build included), then the line put back;
 #   5. `cargo lab exec -- true`, median of 10, through cargo's alias and as the binary.
+# --no-tour measures steps 3 to 5 only, on a machine where the tour has run (a lab's figures
+# without the fresh machine's).
 # Logs go to target/first-ten-minutes/. The exit status is the first failing step's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-suite=0; runs=10
+suite=0; tour=1; runs=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --suite) suite=1 ;;
+    --no-tour) tour=0 ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "first-ten-minutes.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
+[ "$suite$tour" != 10 ] || { echo "first-ten-minutes.sh: --suite runs after the tour: drop --no-tour" >&2; exit 2; }
 case "$runs" in ''|*[!0-9]*|0) echo "first-ten-minutes.sh: --runs takes a positive number, not '$runs'" >&2; exit 2 ;; esac
 
 logs=target/first-ten-minutes
@@ -41,39 +45,57 @@ mmss() { awk -v s="$1" 'BEGIN { printf "%d min %02d s", s / 60, s % 60 }'; }
 rows=()
 row() { rows+=("$1|$2|$3"); }
 
+# The table of what was measured, then the exit status (a failed step still shows the figures
+# taken before it).
+finish() {
+  local os r what got goal
+  echo
+  os=$(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release 2>/dev/null)
+  echo "== the first ten minutes (${os:-?}, kernel $(uname -r), $(nproc) cores, $(git rev-parse --short HEAD))"
+  printf '| %s | %s | %s |\n' "what" "measured" "goal"
+  printf '|---|---|---|\n'
+  for r in "${rows[@]}"; do
+    IFS='|' read -r what got goal <<<"$r"
+    printf '| %s | %s | %s |\n' "$what" "${got:-?}" "$goal"
+  done
+  exit "$1"
+}
+
 lab_down() { cargo lab down >/dev/null 2>&1 || true; }
 edited=chapters/06-pingpong/src/main.rs
 restore_edit() { git checkout -q -- "$edited" 2>/dev/null || true; }
 trap 'restore_edit; lab_down' EXIT
 
-# 1. The tour, its output timestamped as it comes (the first chapter's header: when the
-#    learner first sees the course run).
-echo "== 1. cargo lab tour"
-t0=$(now)
-set +e
-cargo lab tour 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(now)" "$line"; done \
-  | tee "$logs/tour.log" | cut -d' ' -f2-
-tour_rc=${PIPESTATUS[0]}
-set -e
-t1=$(now)
-first=$(awk '/ ── 01 /{ print $1; exit }' "$logs/tour.log")
-row "\`cargo lab tour\`, whole (exit $tour_rc)" "$(mmss "$(secs "$t0" "$t1")")" "<= 5 min"
-row "- the first chapter's header" "${first:+$(mmss "$(secs "$t0" "$first")")}" "<= 3 min"
-[ "$tour_rc" = 0 ] || { echo "first-ten-minutes: the tour failed (exit $tour_rc); see $logs/tour.log" >&2; exit "$tour_rc"; }
-
-# 2. The suite, as .ci/run runs it.
-if [ "$suite" = 1 ]; then
-  echo "== 2. .ci/run: scripts/setup.sh --vm --dev, then cargo lab test"
-  t0=$(now); bash scripts/setup.sh --vm --dev >"$logs/setup.log" 2>&1; t1=$(now)
-  row "\`scripts/setup.sh --vm --dev\` after the tour" "$(mmss "$(secs "$t0" "$t1")")" ""
+if [ "$tour" = 1 ]; then
+  # 1. The tour, its output timestamped as it comes (the first chapter's header: when the
+  #    learner first sees the course run).
+  echo "== 1. cargo lab tour"
   t0=$(now)
   set +e
-  cargo lab test 2>&1 | tee "$logs/suite.log"
-  suite_rc=${PIPESTATUS[0]}
+  cargo lab tour 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(now)" "$line"; done \
+    | tee "$logs/tour.log" | cut -d' ' -f2-
+  tour_rc=${PIPESTATUS[0]}
   set -e
   t1=$(now)
-  row "\`cargo lab test\` after the tour (exit $suite_rc)" "$(mmss "$(secs "$t0" "$t1")")" "<= 15 min"
-  [ "$suite_rc" = 0 ] || { echo "first-ten-minutes: the suite failed (exit $suite_rc); see $logs/suite.log" >&2; exit "$suite_rc"; }
+  first=$(awk '/ ── 01 /{ print $1; exit }' "$logs/tour.log")
+  row "\`cargo lab tour\`, whole (exit $tour_rc)" "$(mmss "$(secs "$t0" "$t1")")" "<= 5 min"
+  row "- the first chapter's header" "${first:+$(mmss "$(secs "$t0" "$first")")}" "<= 3 min"
+  [ "$tour_rc" = 0 ] || { echo "first-ten-minutes: the tour failed (exit $tour_rc); see $logs/tour.log" >&2; finish "$tour_rc"; }
+
+  # 2. The suite, as .ci/run runs it.
+  if [ "$suite" = 1 ]; then
+    echo "== 2. .ci/run: scripts/setup.sh --vm --dev, then cargo lab test"
+    t0=$(now); bash scripts/setup.sh --vm --dev >"$logs/setup.log" 2>&1; t1=$(now)
+    row "\`scripts/setup.sh --vm --dev\` after the tour" "$(mmss "$(secs "$t0" "$t1")")" ""
+    t0=$(now)
+    set +e
+    cargo lab test 2>&1 | tee "$logs/suite.log"
+    suite_rc=${PIPESTATUS[0]}
+    set -e
+    t1=$(now)
+    row "\`cargo lab test\` after the tour (exit $suite_rc)" "$(mmss "$(secs "$t0" "$t1")")" "<= 15 min"
+    [ "$suite_rc" = 0 ] || { echo "first-ten-minutes: the suite failed (exit $suite_rc); see $logs/suite.log" >&2; finish "$suite_rc"; }
+  fi
 fi
 
 # 3. Boots: cold, then restored. bench prints a `median over N: up X s, boot to first command
@@ -112,12 +134,4 @@ row "\`cargo lab exec -- true\` (p50 of 10)" "$(p50 cargo lab exec -- true) ms" 
 row "\`target/debug/cargo-lab exec -- true\` (p50 of 10)" "$(p50 target/debug/cargo-lab exec -- true) ms" "<= 100 ms"
 lab_down
 
-echo
-os=$(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release 2>/dev/null)
-echo "== the first ten minutes (${os:-?}, kernel $(uname -r), $(nproc) cores, $(git rev-parse --short HEAD))"
-printf '| %s | %s | %s |\n' "what" "measured" "goal"
-printf '|---|---|---|\n'
-for r in "${rows[@]}"; do
-  IFS='|' read -r what got goal <<<"$r"
-  printf '| %s | %s | %s |\n' "$what" "${got:-?}" "$goal"
-done
+finish 0
