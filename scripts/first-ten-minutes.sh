@@ -15,11 +15,13 @@
 #      `cargo lab bench --runs N` (default 10: restored from the snapshot the tour saved):
 #      the lab up, the first command, the first `ibv_devices`, `exec true`;
 #   4. the edit-run loop: with the loopback lab up, one line of chapter 06 changed and
-#      `cargo lab run 06` (build included), then the line put back;
+#      `cargo lab run 06` (build included), then the file put back from a copy;
 #   5. `cargo lab exec -- true`, median of 10, through cargo's alias and as the binary.
 # --no-tour measures steps 3 to 5 only, on a machine where the tour has run (a lab's figures
 # without the fresh machine's).
-# Logs go to target/first-ten-minutes/. The exit status is the first failing step's.
+# Its labs use a state dir of its own (LAB_STATE_DIR), stopped and removed at the end: a lab
+# you have up is left alone. Logs go to target/first-ten-minutes/. The exit status is the
+# first failing step's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     --suite) suite=1 ;;
     --no-tour) tour=0 ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "first-ten-minutes.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -61,9 +63,15 @@ finish() {
   exit "$1"
 }
 
-lab_down() { cargo lab down >/dev/null 2>&1 || true; }
+# The labs this script starts live in a state dir of its own: a lab the user already has up is
+# neither used nor stopped, and the tour boots as on a fresh machine.
+state=$(mktemp -d "${TMPDIR:-/tmp}/rxe-lab-ftm.XXXXXX")
+export LAB_STATE_DIR="$state"
+lab_down() { cargo lab down >/dev/null 2>&1 || true; rm -rf "$state"; }
+# Chapter 06 is edited from a copy and put back from it, so the user's own edits survive.
 edited=chapters/06-pingpong/src/main.rs
-restore_edit() { git checkout -q -- "$edited" 2>/dev/null || true; }
+backup=
+restore_edit() { if [ -n "$backup" ]; then cp "$backup" "$edited"; rm -f "$backup"; backup=; fi; }
 trap 'restore_edit; lab_down' EXIT
 
 if [ "$tour" = 1 ]; then
@@ -115,6 +123,8 @@ done
 echo "== 4. the edit-run loop: chapter 06"
 cargo lab up -t loopback
 cargo lab run 06 >"$logs/run06-first.log" 2>&1
+backup=$(mktemp)
+cp "$edited" "$backup"
 sed -i '0,/^\/\/!/s//\/\/! (edited by first-ten-minutes.sh)\n\/\/!/' "$edited"
 t0=$(now); cargo lab run 06 >"$logs/run06-edited.log" 2>&1; t1=$(now)
 restore_edit

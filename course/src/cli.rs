@@ -14,7 +14,7 @@ pub struct FanOut {
     /// Run the client role against the server at HOST (node b).
     #[arg(long, value_name = "HOST", required_unless_present = "server")]
     pub connect: Option<String>,
-    /// Client processes working at the same time, a QP each.
+    /// Client processes working at the same time.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub clients: u32,
     /// (internal) run as worker I of the client role.
