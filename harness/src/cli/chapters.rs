@@ -7,7 +7,7 @@ use crate::testing::Transcript;
 use crate::{Topology, testbed, testing, vm};
 use anyhow::{Context as _, Result, bail};
 
-use super::doctor::{Check, checks, run_setup};
+use super::doctor::{Check, build_checks, checks, run_setup};
 use super::root;
 use super::wire::{finish_trace, start_trace};
 use std::path::Path;
@@ -100,7 +100,88 @@ pub(super) fn prepare(what: &str) -> Result<()> {
              exact apt-get command (run it as root), then `cargo lab {what}` again"
         );
     }
-    let after = missing(checks());
+    still_missing(what)
+}
+
+/// The lab's packages, being installed in the background while the tour builds (see
+/// [`prepare_overlapped`]). Dropping it waits for the install (apt is never cut off half-way).
+pub(super) struct BackgroundSetup {
+    handle: Option<duct::Handle>,
+    log: std::path::PathBuf,
+    what: &'static str,
+    started: Instant,
+}
+
+/// How long the background install may take before the tour gives up on it.
+const SETUP_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+impl BackgroundSetup {
+    /// Waits for the install (up to [`SETUP_LIMIT`]), then checks that nothing required is
+    /// missing. Errors name the log and the next command.
+    pub(super) fn finish(mut self) -> Result<()> {
+        let handle = self.handle.take().expect("waited once");
+        let code = wait_within(&handle, SETUP_LIMIT);
+        let log = self.log.display();
+        let what = self.what;
+        match code {
+            Some(0) => eprintln!(
+                "the lab's packages are installed ({:.0} s; log: {log})",
+                self.started.elapsed().as_secs_f64()
+            ),
+            Some(code) => {
+                let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                eprintln!("{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+                bail!(
+                    "setup failed (exit {code}; the end of {log} is above); next: `cargo lab \
+                     setup --print` shows the exact apt-get command (run it as root), then \
+                     `cargo lab {what}` again"
+                )
+            }
+            None => bail!(
+                "setup was still running after {} min (killed; log: {log}); next: `cargo lab \
+                 setup`, then `cargo lab {what}` again",
+                SETUP_LIMIT.as_secs() / 60
+            ),
+        }
+        still_missing(what)
+    }
+}
+
+impl Drop for BackgroundSetup {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            eprintln!(
+                "waiting for the package install to end (log: {}) ...",
+                self.log.display()
+            );
+            wait_within(&h, SETUP_LIMIT);
+        }
+    }
+}
+
+/// The child's exit code, or `None` (killed) past `limit`.
+fn wait_within(h: &duct::Handle, limit: Duration) -> Option<i32> {
+    let t0 = Instant::now();
+    loop {
+        match h.try_wait() {
+            Ok(Some(out)) => return Some(out.status.code().unwrap_or(1)),
+            Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(200)),
+            Ok(None) => {
+                let _ = h.kill();
+                return None;
+            }
+            Err(_) => return Some(1),
+        }
+    }
+}
+
+fn still_missing(what: &str) -> Result<()> {
+    let after: Vec<String> = checks()
+        .into_iter()
+        .filter(|c| c.required && !c.ok)
+        .map(|c| c.what)
+        .collect();
     if !after.is_empty() {
         bail!(
             "still missing after setup: {}; next: `cargo lab doctor` shows the fix for each, then \
@@ -111,11 +192,79 @@ pub(super) fn prepare(what: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`prepare`] for a command that builds before it needs a lab (the tour): what the build needs
+/// (`scripts/setup.sh --build`) is installed first, in the foreground; the rest (the lab's
+/// packages: QEMU, the kernel, the reference tools) in the background while the chapters build,
+/// its output in `target/rxe-lab/setup.log`. On a fresh machine the two overlap instead of
+/// following each other. `None`: nothing was missing.
+pub(super) fn prepare_overlapped(what: &'static str) -> Result<Option<BackgroundSetup>> {
+    let missing = |cs: Vec<Check>| -> Vec<String> {
+        cs.into_iter()
+            .filter(|c| c.required && !c.ok)
+            .map(|c| c.what)
+            .collect()
+    };
+    let before = missing(checks());
+    if before.is_empty() {
+        return Ok(None);
+    }
+    let mut updated = false;
+    let build = missing(build_checks());
+    if !build.is_empty() {
+        eprintln!(
+            "cargo lab {what}: missing: {}; running `scripts/setup.sh --build` first (what the \
+             build needs; the lab's packages follow while it builds) ...",
+            build.join(", ")
+        );
+        let code = run_setup(&["--build"])?;
+        if code != 0 {
+            bail!(
+                "setup failed (exit {code}; see above); next: `cargo lab setup --print` shows the \
+                 exact apt-get command (run it as root), then `cargo lab {what}` again"
+            );
+        }
+        updated = true;
+    }
+    let rest = missing(checks());
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let flag = if testbed::chosen_provider()? == Provider::Native {
+        "--native"
+    } else {
+        "--vm"
+    };
+    let dir = root()?.join("target").join("rxe-lab");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = dir.join("setup.log");
+    eprintln!(
+        "cargo lab {what}: missing: {}; `scripts/setup.sh {flag}` installs them in the \
+         background while the chapters build (log: {}) ...",
+        rest.join(", "),
+        log.display()
+    );
+    let handle = duct::cmd("bash", ["-c", super::SETUP_SH, "scripts/setup.sh", flag])
+        .env("SETUP_APT_UPDATED", if updated { "1" } else { "0" })
+        .stdin_null()
+        .stderr_to_stdout()
+        .stdout_path(&log)
+        .unchecked()
+        .start()
+        .context("running bash (scripts/setup.sh)")?;
+    Ok(Some(BackgroundSetup {
+        handle: Some(handle),
+        log,
+        what,
+        started: Instant::now(),
+    }))
+}
+
 /// The repository checks (`harness/tests/repo_checks.rs`) run actionlint, shellcheck and
-/// vagrant, the book's tests Graphviz and the pinned mdbook: install them (`scripts/setup.sh --dev`) when one is missing, so `cargo lab test`
-/// passes on a fresh machine; if that fails, say the command.
+/// vagrant, the wire decoder's test tshark, the book's tests Graphviz and the pinned mdbook:
+/// install them (`scripts/setup.sh --dev`) when one is missing, so `cargo lab test` passes on a
+/// fresh machine; if that fails, say the command.
 pub(super) fn prepare_checkers() -> Result<()> {
-    let mut missing: Vec<&str> = ["actionlint", "shellcheck", "vagrant", "dot"]
+    let mut missing: Vec<&str> = ["actionlint", "shellcheck", "vagrant", "dot", "tshark"]
         .into_iter()
         .filter(|t| vm::which(t).is_none())
         .collect();
@@ -320,12 +469,15 @@ pub(super) fn tour() -> Result<i32> {
         .filter(|c| missing_chapter(c, &root).is_none())
         .collect();
     let pkgs: Vec<&str> = present.iter().map(|c| c.package.as_str()).collect();
-    prepare("tour")?;
+    let installing = prepare_overlapped("tour")?;
     let exes = if pkgs.is_empty() {
         vec![]
     } else {
         build(Build::Chapters, &pkgs)?
     };
+    if let Some(setup) = installing {
+        setup.finish()?;
+    }
     let mut labs: Vec<(Topology, Testbed)> = vec![];
     let mut rows = vec![];
     for ch in &course.chapters {

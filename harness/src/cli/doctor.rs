@@ -257,7 +257,7 @@ fn library_checks() -> Vec<Check> {
 }
 
 /// What building rdma-sys needs: pkg-config finding libibverbs, and libclang for bindgen.
-fn build_checks() -> Vec<Check> {
+pub(super) fn build_checks() -> Vec<Check> {
     let mut c = vec![];
     let pc = duct::cmd!("pkg-config", "--exists", "libibverbs")
         .unchecked()
