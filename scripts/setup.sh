@@ -173,7 +173,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
       extra=(--allow-downgrades "qemu-utils=$qsys")
     fi
   fi
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${extra[@]}" "${missing[@]}"
+  # Without recommends: they would bring QEMU's GUI, a desktop's media stack and more (367
+  # packages on a fresh Debian 13 for --vm; the lab needs none of them).
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${extra[@]}" "${missing[@]}"
 else
   echo "setup: all packages present"
 fi

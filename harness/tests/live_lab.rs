@@ -9,11 +9,12 @@
 //!   dentries and pages, so without the agent's cache drop such a run maps a mix of old and new
 //!   pages. The program carries 4 MiB of data that differs per build and checks it, so a mix is
 //!   caught, not just a crash.
-//! - `switching_commands_rebuilds_nothing`: `cargo lab run`, `build` and `test` share one
-//!   build, so after the suite's own build (`cargo lab test`) a `cargo lab run 06` compiles
-//!   nothing, and the suite's build after it compiles nothing either. (`tour` builds the
-//!   chapters alone, artifacts of its own: a run after it links `target/debug/<chapter>` again,
-//!   which the test above covers.)
+//! - `switching_commands_rebuilds_nothing`: `cargo lab run`, `build` and `tour` share one build
+//!   (the chapters alone), `cargo lab test` has its own (every test binary); once both exist,
+//!   switching between them compiles nothing: after `cargo lab build`, the suite's build
+//!   compiles nothing, `cargo lab run 06` after it compiles nothing, and the suite's build
+//!   after that compiles nothing either. Each switch only points `target/debug/<chapter>` at
+//!   the other artifact, which the test above covers.
 
 use harness::Topology;
 use harness::course::workspace_root;
@@ -140,6 +141,33 @@ fn run_here(cmd: &mut Command, what: &str) -> String {
 fn switching_commands_rebuilds_nothing() {
     let root = workspace_root().expect("the workspace");
     let hint = "(this test expects the suite's own build: run it through `cargo lab test`)";
+    // The chapters' own build (`run`'s, `build`'s, `tour`'s): on a clone that has only the
+    // suite's build it compiles their artifacts once; not asserted.
+    run_here(
+        cargo()
+            .current_dir(&root)
+            .args([
+                "run",
+                "--quiet",
+                "--package",
+                "harness",
+                "--bin",
+                "cargo-lab",
+                "--",
+            ])
+            .arg("build"),
+        "cargo lab build",
+    );
+    let err = run_here(
+        cargo()
+            .current_dir(&root)
+            .args(["test", "--workspace", "--no-run"]),
+        "cargo test --workspace --no-run",
+    );
+    assert!(
+        !err.contains("Compiling"),
+        "the suite's build after `cargo lab build` compiled something {hint}:\n{err}"
+    );
     // `cargo lab run 06`, as the alias runs it but without --quiet, so that a compile shows.
     let err = run_here(
         cargo()

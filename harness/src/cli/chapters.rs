@@ -289,15 +289,15 @@ pub(super) fn prepare_checkers() -> Result<()> {
     Ok(())
 }
 
-/// The cargo command of a build, as its arguments: `Suite` is the one build `run`, `build`
-/// and `test` share, `cargo test --workspace --no-run`, exactly what `cargo lab test` builds
-/// (its `cargo test --workspace`): switching between them rebuilds nothing, and
-/// `target/debug/<chapter>` never flips between two differently-featured artifacts (which a
-/// `cargo build -p <chapter>` next to a `cargo test --workspace` does: features unify
-/// differently). `Chapters` is the tour's: `cargo build --package <chapter> ...`, the chapters'
-/// binaries and nothing else, not the 63 test binaries and their dev-dependencies, so that the
-/// first tour on a fresh machine starts sooner; its artifacts are its own (features unified over
-/// the chapters alone), so after it `run` or `test` links `target/debug/<chapter>` again.
+/// The cargo command of a build, as its arguments. `Chapters` is the one build `run`, `build`
+/// and `tour` share: `cargo build --package <chapter> ...` over every chapter, the chapters'
+/// binaries and nothing else (not the test binaries and their dev-dependencies), so a fresh
+/// machine's tour starts sooner and a `cargo lab run 06` after it compiles nothing. `Suite` is
+/// `cargo test --workspace --no-run`, what `cargo lab test` builds. The two unify features
+/// differently, so each has its own artifacts of the shared crates: once both exist, switching
+/// between them compiles nothing and only points `target/debug/<chapter>` at the other
+/// artifact, which the guest reads afresh (the agent drops its page cache before every run;
+/// `harness/tests/live_lab.rs` checks both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Build {
     Suite,
@@ -425,7 +425,7 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
         bail!("{m}");
     }
     prepare("run")?;
-    let exes = build(Build::Suite, &[&ch.package])?;
+    let exes = build(Build::Chapters, &present_packages(&course, &root))?;
     let exe = &exes.iter().find(|(n, _)| *n == ch.package).unwrap().1;
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     if let Some(file) = trace {
@@ -451,7 +451,7 @@ pub(super) fn run(key: &str, extra: &[String], trace: Option<&Path>) -> Result<i
 pub(super) fn build_cmd() -> Result<i32> {
     let (course, root) = Course::load()?;
     prepare("build")?;
-    let exes = build(Build::Suite, &[])?;
+    let exes = build(Build::Chapters, &present_packages(&course, &root))?;
     for ch in &course.chapters {
         if let Some((_, exe)) = exes.iter().find(|(n, _)| *n == ch.package) {
             let shown = Path::new(exe).strip_prefix(&root).unwrap_or(Path::new(exe));
@@ -461,14 +461,20 @@ pub(super) fn build_cmd() -> Result<i32> {
     Ok(0)
 }
 
-pub(super) fn tour() -> Result<i32> {
-    let (course, root) = Course::load()?;
-    let present: Vec<&Chapter> = course
+/// The packages of the chapters that exist: what `run`, `build` and `tour` build, all of them
+/// every time, so that the three share one set of artifacts.
+fn present_packages<'c>(course: &'c Course, root: &Path) -> Vec<&'c str> {
+    course
         .chapters
         .iter()
-        .filter(|c| missing_chapter(c, &root).is_none())
-        .collect();
-    let pkgs: Vec<&str> = present.iter().map(|c| c.package.as_str()).collect();
+        .filter(|c| missing_chapter(c, root).is_none())
+        .map(|c| c.package.as_str())
+        .collect()
+}
+
+pub(super) fn tour() -> Result<i32> {
+    let (course, root) = Course::load()?;
+    let pkgs = present_packages(&course, &root);
     let installing = prepare_overlapped("tour")?;
     let exes = if pkgs.is_empty() {
         vec![]
@@ -545,7 +551,7 @@ mod tests {
     use super::{Build, build_args};
 
     #[test]
-    fn the_tour_builds_the_chapters_alone_and_run_the_suites_build() {
+    fn run_build_and_tour_build_the_chapters_alone_and_test_the_suite() {
         assert_eq!(
             build_args(Build::Suite, &["ch06-pingpong"]),
             [

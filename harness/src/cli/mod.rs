@@ -163,8 +163,8 @@ enum Sub {
         #[arg(long)]
         title: Option<String>,
     },
-    /// Build what `run` and `test` build (`cargo test --workspace --no-run`) and print the
-    /// chapters' binaries: the ones to run by hand with `cargo lab exec`.
+    /// Build what `run` and `tour` build (`cargo build --package <chapter> ...`, every chapter)
+    /// and print the chapters' binaries: the ones to run by hand with `cargo lab exec`.
     Build,
     /// Render the course as a book into target/book (`book/`: chapter READMEs, listings and
     /// the tested outputs, diagrams drawn from the project's data); sets up graphviz and the
