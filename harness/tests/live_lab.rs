@@ -158,16 +158,19 @@ fn switching_commands_rebuilds_nothing() {
             .arg("build"),
         "cargo lab build",
     );
-    let err = run_here(
-        cargo()
-            .current_dir(&root)
-            .args(["test", "--workspace", "--no-run"]),
-        "cargo test --workspace --no-run",
-    );
-    assert!(
-        !err.contains("Compiling"),
-        "the suite's build after `cargo lab build` compiled something {hint}:\n{err}"
-    );
+    let suite_build_compiles_nothing = |after: &str| {
+        let err = run_here(
+            cargo()
+                .current_dir(&root)
+                .args(["test", "--workspace", "--no-run"]),
+            "cargo test --workspace --no-run",
+        );
+        assert!(
+            !err.contains("Compiling"),
+            "the suite's build after `{after}` compiled something {hint}:\n{err}"
+        );
+    };
+    suite_build_compiles_nothing("cargo lab build");
     // `cargo lab run 06`, as the alias runs it but without --quiet, so that a compile shows.
     let err = run_here(
         cargo()
@@ -181,14 +184,5 @@ fn switching_commands_rebuilds_nothing() {
         "`cargo lab run 06` after the suite's build compiled something {hint}:\n{err}"
     );
     // And the suite's build after it: nothing either.
-    let err = run_here(
-        cargo()
-            .current_dir(&root)
-            .args(["test", "--workspace", "--no-run"]),
-        "cargo test --workspace --no-run",
-    );
-    assert!(
-        !err.contains("Compiling"),
-        "the suite's build after `cargo lab run 06` compiled something {hint}:\n{err}"
-    );
+    suite_build_compiles_nothing("cargo lab run 06");
 }

@@ -73,12 +73,6 @@ pub(super) fn missing_chapter(ch: &Chapter, root: &Path) -> Option<String> {
 /// provider (what `cargo lab setup` does) when `doctor` finds required pieces missing, then check
 /// again. Errors name the next command.
 pub(super) fn prepare(what: &str) -> Result<()> {
-    let missing = |cs: Vec<Check>| -> Vec<String> {
-        cs.into_iter()
-            .filter(|c| c.required && !c.ok)
-            .map(|c| c.what)
-            .collect()
-    };
     let before = missing(checks());
     if before.is_empty() {
         return Ok(());
@@ -176,12 +170,16 @@ fn wait_within(h: &duct::Handle, limit: Duration) -> Option<i32> {
     }
 }
 
-fn still_missing(what: &str) -> Result<()> {
-    let after: Vec<String> = checks()
-        .into_iter()
+/// The required pieces among `cs` that are missing.
+fn missing(cs: Vec<Check>) -> Vec<String> {
+    cs.into_iter()
         .filter(|c| c.required && !c.ok)
         .map(|c| c.what)
-        .collect();
+        .collect()
+}
+
+fn still_missing(what: &str) -> Result<()> {
+    let after = missing(checks());
     if !after.is_empty() {
         bail!(
             "still missing after setup: {}; next: `cargo lab doctor` shows the fix for each, then \
@@ -198,12 +196,6 @@ fn still_missing(what: &str) -> Result<()> {
 /// its output in `target/rxe-lab/setup.log`. On a fresh machine the two overlap instead of
 /// following each other. `None`: nothing was missing.
 pub(super) fn prepare_overlapped(what: &'static str) -> Result<Option<BackgroundSetup>> {
-    let missing = |cs: Vec<Check>| -> Vec<String> {
-        cs.into_iter()
-            .filter(|c| c.required && !c.ok)
-            .map(|c| c.what)
-            .collect()
-    };
     let before = missing(checks());
     if before.is_empty() {
         return Ok(None);
