@@ -114,8 +114,14 @@ impl BackgroundSetup {
     /// missing. Errors name the log and the next command.
     pub(super) fn finish(mut self) -> Result<()> {
         let handle = self.handle.take().expect("waited once");
-        let code = wait_within(&handle, SETUP_LIMIT);
         let log = self.log.display();
+        if matches!(handle.try_wait(), Ok(None)) {
+            eprintln!(
+                "built; waiting for the lab's packages ({:.0} s so far; log: {log}) ...",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+        let code = wait_within(&handle, SETUP_LIMIT);
         let what = self.what;
         match code {
             Some(0) => eprintln!(
