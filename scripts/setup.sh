@@ -56,9 +56,10 @@ done
 pkgs=(rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils
       perftest pkg-config iproute2 gcc)
 # The measuring tools chapter 11 runs beside the course's own programs: qperf and sockperf
-# (reference TCP and RDMA figures), strace (syscall counts). The course needs nothing else; what
+# (reference TCP and RDMA figures), strace (syscall counts). procps: kill(1), with which the
+# harness signals process groups and chapter 11 stops strace (a minimal root has none). The course needs nothing else; what
 # only the test suite needs (tshark, the checkers) is --dev's, installed by `cargo lab test`.
-pkgs+=(qperf sockperf strace)
+pkgs+=(qperf sockperf strace procps)
 
 # shellcheck source=/dev/null
 . /etc/os-release 2>/dev/null || true

@@ -253,6 +253,16 @@ fn library_checks() -> Vec<Check> {
         },
         "cargo lab setup   (installs ibverbs-utils)",
     ));
+    // kill(1): the harness signals process groups with it (Ctrl-C, teardown), chapter 11 stops
+    // strace with it, a crashing peer kills itself with it. A minimal root lacks procps.
+    let kill = vm::which("kill");
+    c.push(Check::required(
+        "kill (procps)",
+        kill.is_some(),
+        kill.map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        "cargo lab setup   (installs procps)",
+    ));
     c
 }
 
