@@ -294,7 +294,8 @@ pub(super) fn prepare_checkers() -> Result<()> {
 /// `cargo test --workspace --no-run`, what `cargo lab test` builds. The two unify features
 /// differently, so each has its own artifacts of the shared crates: once both exist, switching
 /// between them compiles nothing and only points `target/debug/<chapter>` at the other
-/// artifact, which the guest reads afresh (the agent drops its page cache before every run;
+/// artifact, which the guest reads afresh (the agent drops its page cache before a run whose
+/// files changed since the last drop;
 /// `harness/tests/live_lab.rs` checks both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Build {
