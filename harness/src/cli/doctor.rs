@@ -161,12 +161,9 @@ fn vm_checks() -> Vec<Check> {
              which pulls in the modules-extra package that has rdma_rxe)",
         )),
     }
-    let q = vm::which("qemu-system-x86_64");
-    c.push(Check::required(
+    c.push(required_tool(
         "qemu",
-        q.is_some(),
-        q.map(|p| p.display().to_string())
-            .unwrap_or("not found".into()),
+        "qemu-system-x86_64",
         "cargo lab setup   (installs qemu-system-x86)",
     ));
     let bb = crate::initramfs::find_busybox();
@@ -187,6 +184,19 @@ fn vm_checks() -> Vec<Check> {
     ));
     c.push(kvm_check());
     c
+}
+
+/// A required program on PATH: where it is, or "not found" and the fix.
+fn required_tool(what: &str, program: &str, fix: &str) -> Check {
+    let found = vm::which(program);
+    Check::required(
+        what,
+        found.is_some(),
+        found
+            .map(|p| p.display().to_string())
+            .unwrap_or("not found".into()),
+        fix,
+    )
 }
 
 /// Whether /dev/kvm opens (else TCG), and whether LAB_ACCEL=kvm makes it required.
@@ -255,12 +265,9 @@ fn library_checks() -> Vec<Check> {
     ));
     // kill(1): the harness signals process groups with it (Ctrl-C, teardown), chapter 11 stops
     // strace with it, a crashing peer kills itself with it. A minimal root lacks procps.
-    let kill = vm::which("kill");
-    c.push(Check::required(
+    c.push(required_tool(
         "kill (procps)",
-        kill.is_some(),
-        kill.map(|p| p.display().to_string())
-            .unwrap_or("not found".into()),
+        "kill",
         "cargo lab setup   (installs procps)",
     ));
     c
