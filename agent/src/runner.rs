@@ -112,25 +112,50 @@ fn wait_exit(
     (status, timed_out)
 }
 
-/// Drains both pipes; a leftover child of the command may hold them open: kill the group
-/// then, and give up on the rest after a bounded wait.
+/// Drains both pipes. A leftover child of the command may hold them open: after 2 s, if a
+/// process of the group still lives, kill the group and give up on the rest 1 s later. If none
+/// does, nothing holds them but a reader not yet scheduled (a TCG guest beside other VMs on a
+/// busy host can be that slow): wait for it up to 15 s, so that the output is never cut short
+/// of the `Exit` that follows it.
 fn drain(done_rx: &mpsc::Receiver<()>, pgid: u32) {
     let mut drained = 0;
     let mut grace = Instant::now() + Duration::from_secs(2);
-    let mut group_killed = false;
+    let mut looked = false;
     while drained < 2 {
         let left = grace.saturating_duration_since(Instant::now());
         match done_rx.recv_timeout(left) {
             Ok(()) => drained += 1,
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) if !group_killed => {
-                group_killed = true;
-                kill_group(pgid);
-                grace = Instant::now() + Duration::from_secs(1);
+            Err(mpsc::RecvTimeoutError::Timeout) if !looked => {
+                looked = true;
+                if group_alive(pgid) {
+                    kill_group(pgid);
+                    grace = Instant::now() + Duration::from_secs(1);
+                } else {
+                    grace = Instant::now() + Duration::from_secs(15);
+                }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => break,
         }
     }
+}
+
+/// Whether a live (not zombie) process is in group `pgid`, from /proc/<pid>/stat (its state
+/// and process group follow the command's name in parentheses).
+fn group_alive(pgid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    dir.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f.len() > 2 && f[0] != "Z" && f[2] == pgid.to_string()
+    })
 }
 
 /// SIGKILL to a whole process group.
@@ -371,6 +396,41 @@ mod tests {
             ..req(1, &["sh", "-c", "sleep 60 & wait"])
         });
         assert_eq!(outcome(&rx, 1).2, ExitStatus::TimedOut);
+    }
+
+    #[test]
+    fn a_group_is_alive_while_a_member_lives() {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let ours: u32 = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(super::group_alive(ours));
+        // A child in a group of its own, reaped: its group is empty.
+        let mut c = std::process::Command::new("true");
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
+        let mut child = c.spawn().unwrap();
+        let pgid = child.id();
+        child.wait().unwrap();
+        assert!(!super::group_alive(pgid));
+    }
+
+    #[test]
+    fn a_leftover_child_holding_the_pipes_is_killed_and_the_output_kept() {
+        let (r, rx) = runner();
+        let t0 = std::time::Instant::now();
+        r.run(req(1, &["sh", "-c", "echo before; sleep 60 &"]));
+        assert_eq!(
+            outcome(&rx, 1),
+            ("before\n".into(), String::new(), ExitStatus::Code(0))
+        );
+        // 2 s of grace, then the group is killed: well before the sleep's 60 s.
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod exec;
 mod exercise;
 mod fault;
 mod labs;
+mod parallel;
 mod progress;
 mod suite;
 mod wire;

@@ -26,6 +26,66 @@ pub(super) struct Plan {
     pub binaries: usize,
     /// The whole workspace, every target: the run whose times make the next run's guess.
     pub whole_suite: bool,
+    /// The test executables, in the order cargo built them.
+    pub exes: Vec<TestExe>,
+    /// Whether the run includes doc tests (one `cargo test --doc` for the selection).
+    pub doc_tests: bool,
+}
+
+/// One test executable cargo built, and where cargo would run it from.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct TestExe {
+    pub exe: PathBuf,
+    /// The package's Cargo.toml: cargo runs a test binary in its directory.
+    pub manifest: PathBuf,
+    /// The package's name.
+    pub package: String,
+    /// The target's name and kind (`lib`, `bin`, `test`, ...), and its crate root.
+    pub target: String,
+    pub kind: String,
+    pub src: PathBuf,
+}
+
+impl TestExe {
+    /// The package's directory (the binary's working directory).
+    pub fn dir(&self) -> &Path {
+        self.manifest.parent().unwrap_or(Path::new("."))
+    }
+
+    /// The label the slowest list and the times file use (`harness/tests/cli.rs`,
+    /// `lab/src/lib.rs (unit tests)`), relative to `root`.
+    pub fn label(&self, root: &Path) -> String {
+        let src = self.src.strip_prefix(root).unwrap_or(&self.src).display();
+        match self.kind.as_str() {
+            "lib" | "bin" | "rlib" | "proc-macro" => format!("{src} (unit tests)"),
+            _ => src.to_string(),
+        }
+    }
+
+    /// What cargo prints after `Running` for it: `tests/e2e.rs (target/debug/deps/e2e-1)`,
+    /// `unittests src/lib.rs (...)`.
+    pub fn running(&self, root: &Path) -> String {
+        let src = self
+            .src
+            .strip_prefix(self.dir())
+            .unwrap_or(&self.src)
+            .display();
+        let exe = self.exe.strip_prefix(root).unwrap_or(&self.exe).display();
+        match self.kind.as_str() {
+            "lib" | "bin" | "rlib" | "proc-macro" => format!("unittests {src} ({exe})"),
+            _ => format!("{src} ({exe})"),
+        }
+    }
+
+    /// The `cargo lab test` arguments that run this binary alone.
+    pub fn rerun(&self) -> String {
+        let which = match self.kind.as_str() {
+            "lib" | "rlib" | "proc-macro" => "--lib".to_string(),
+            "bin" => format!("--bin {}", self.target),
+            k => format!("--{k} {}", self.target),
+        };
+        format!("cargo lab test -- -p {} {which}", self.package)
+    }
 }
 
 /// Flags that select targets: with one of them, cargo runs no doc tests unless `--doc`.
@@ -55,6 +115,8 @@ pub(super) fn plan(run: &CargoTest) -> Result<Plan, i32> {
         return Ok(Plan {
             binaries: 0,
             whole_suite: false,
+            exes: vec![],
+            doc_tests: false,
         });
     }
     let mut pass = args[..own].to_vec();
@@ -96,6 +158,7 @@ pub(super) fn plan(run: &CargoTest) -> Result<Plan, i32> {
 /// executable: cargo builds the other workspace libraries too, as dependencies).
 fn count(json_lines: &str, doc_tests: bool, doc_only: bool) -> Plan {
     let mut exes = HashSet::new();
+    let mut found = vec![];
     let mut tested = HashSet::new();
     let mut libs = HashSet::new();
     for line in json_lines.lines() {
@@ -112,7 +175,21 @@ fn count(json_lines: &str, doc_tests: bool, doc_only: bool) -> Plan {
         if let Some(exe) = v["executable"].as_str()
             && v["profile"]["test"] == true
         {
-            exes.insert(exe.to_string());
+            if exes.insert(exe.to_string()) {
+                let kinds = v["target"]["kind"].as_array();
+                found.push(TestExe {
+                    exe: exe.into(),
+                    manifest: v["manifest_path"].as_str().unwrap_or_default().into(),
+                    package: package_name(&package, v["manifest_path"].as_str()),
+                    target: v["target"]["name"].as_str().unwrap_or_default().into(),
+                    kind: kinds
+                        .and_then(|k| k.first())
+                        .and_then(|k| k.as_str())
+                        .unwrap_or_default()
+                        .into(),
+                    src: v["target"]["src_path"].as_str().unwrap_or_default().into(),
+                });
+            }
             tested.insert(package.clone());
         }
         let kinds = v["target"]["kind"].as_array().cloned().unwrap_or_default();
@@ -124,13 +201,31 @@ fn count(json_lines: &str, doc_tests: bool, doc_only: bool) -> Plan {
         }
     }
     let mut binaries = if doc_only { 0 } else { exes.len() };
+    let docs = libs.iter().filter(|(p, _)| tested.contains(p)).count();
     if doc_tests {
-        binaries += libs.iter().filter(|(p, _)| tested.contains(p)).count();
+        binaries += docs;
     }
     Plan {
         binaries,
         whole_suite: false,
+        exes: if doc_only { vec![] } else { found },
+        doc_tests: doc_tests && docs > 0,
     }
+}
+
+/// A package's name from its id: `path+file:///w/lab#0.1.0` (the directory's name) or
+/// `path+file:///w/vendor/rdma-sys#rdma-sys@0.3.0` (the name before `@`).
+fn package_name(id: &str, manifest: Option<&str>) -> String {
+    let frag = id.rsplit_once('#').map(|(_, f)| f).unwrap_or_default();
+    if let Some((name, _)) = frag.split_once('@') {
+        return name.to_string();
+    }
+    let dir = manifest
+        .and_then(|m| Path::new(m).parent())
+        .or_else(|| Some(Path::new(id.split_once("://")?.1.split('#').next()?)));
+    dir.and_then(|d| d.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The progress of one run, fed cargo's output line by line.
@@ -248,7 +343,7 @@ impl Progress {
 }
 
 /// `1m 05s`, `42s`.
-fn clock(d: Duration) -> String {
+pub(super) fn clock(d: Duration) -> String {
     let s = d.as_secs();
     if s >= 60 {
         format!("{}m {:02}s", s / 60, s % 60)
@@ -263,7 +358,7 @@ pub(super) fn times_file(root: &Path) -> PathBuf {
 }
 
 /// `secs<TAB>label` per line; a missing or bad file is no history.
-fn read_times(path: &Path) -> BTreeMap<String, f64> {
+pub(super) fn read_times(path: &Path) -> BTreeMap<String, f64> {
     let Ok(f) = std::fs::File::open(path) else {
         return BTreeMap::new();
     };

@@ -5,6 +5,7 @@ use super::chapters::{prepare, prepare_checkers};
 use super::labs::{
     daemon_alive, failed_logs_dir, keep_logs, start_daemon, stop_daemon, wait_daemon,
 };
+use super::parallel;
 use super::progress::{self, Progress};
 use super::{interrupted, root};
 use crate::testbed::Provider;
@@ -21,6 +22,7 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
     // Ctrl-C goes to cargo and the tests too; we stay to tear the labs down.
     let interrupted = interrupted();
     let provider = testbed::chosen_provider()?;
+    let jobs = parallel::jobs()?;
     prepare("test")?;
     prepare_checkers()?;
     let home = std::env::temp_dir().join(format!("rxe-lab-test.{}", std::process::id()));
@@ -77,9 +79,19 @@ pub(super) fn test(args: &[String]) -> Result<i32> {
             run.env.push((k, v.into()));
         }
         eprintln!("running: cargo {}", run.args.join(" "));
-        let (code, text, whole_suite) = run_teed(&root, &run)?;
+        let (code, times, whole_suite) = if jobs > 1 && parallel::applies(&run.args) {
+            match progress::plan(&run) {
+                Err(code) => (code, vec![], false),
+                Ok(plan) => {
+                    let (code, times) = parallel::run(&root, &run, &plan, jobs, interrupted)?;
+                    (code, times, plan.whole_suite)
+                }
+            }
+        } else {
+            let (code, text, whole_suite) = run_teed(&root, &run)?;
+            (code, binary_times(&text), whole_suite)
+        };
         if !interrupted.load(Ordering::SeqCst) {
-            let times = binary_times(&text);
             print_slowest(&root, &times, 10);
             if code == 0 && whole_suite {
                 let labelled: Vec<(String, f64)> = times
