@@ -336,7 +336,13 @@ fn run_job(
                 .unwrap_or(0);
             vec![BinaryTime {
                 what: e.running(root),
-                exe: Some(e.exe.strip_prefix(root).unwrap_or(&e.exe).display().to_string()),
+                exe: Some(
+                    e.exe
+                        .strip_prefix(root)
+                        .unwrap_or(&e.exe)
+                        .display()
+                        .to_string(),
+                ),
                 tests,
                 secs,
             }]
