@@ -62,6 +62,18 @@ net() {
   /rdma/ld.so --library-path /rdma /rdma/rdma link add rxe0 type rxe netdev veth0 || return 1
   up 0a63:0001
 }
+# What needs no host share is done before the gate, so that a restored VM has it already (each
+# busybox step after the go-ahead costs a restore tens of ms under TCG): the tmpfs for the
+# overlay's upper layer, /run's tmpfs with the agent, busybox and the kernel config in it
+# (moved under the new root later), and /dev's shm and pts (they move with /dev).
+$bb mount -t tmpfs -o mode=0755 tmpfs /rw || fail "tmpfs"
+$bb mkdir -p /rw/up /rw/work /rw/run
+$bb mount -t tmpfs tmpfs /rw/run || fail "tmpfs for /run"
+$bb cp /lab-agent $bb /rw/run/ || fail "copying the agent"
+[ -f /kernel-config ] && $bb cp /kernel-config /rw/run/lab-kernel-config
+$bb mkdir -p /dev/shm /dev/pts
+$bb mount -t tmpfs tmpfs /dev/shm
+$bb mount -t devpts devpts /dev/pts
 if [ -n "$LAB_GATE" ]; then
   if [ -x /rdma/ld.so ]; then
     if [ -z "$LAB_NODE" ]; then net; else pairnet; fi || echo "lab-init: the network before the gate failed"
@@ -81,8 +93,6 @@ if [ -n "$LAB_GATE" ]; then
   if [ "$1" = go ]; then $bb date -s @$2 >/dev/null; echo "$3" > /dev/urandom; else echo "lab-init: no go-ahead from the host; going on"; fi
 fi
 $bb mount -t 9p -o trans=virtio,version=9p2000.L,ro,${LAB_9P:-msize=262144} hostroot /host || fail "mounting the host's root over 9p failed"
-$bb mount -t tmpfs -o mode=0755 tmpfs /rw || fail "tmpfs"
-$bb mkdir -p /rw/up /rw/work
 # LAB_ROOT: another userspace root inside the host's share (`--userspace`) is the lower layer.
 lower=/host$LAB_ROOT
 [ -d "$lower/usr" ] || fail "the userspace root $LAB_ROOT has no usr/"
@@ -98,17 +108,11 @@ done
 $bb mount --move /proc /newroot/proc
 $bb mount --move /sys /newroot/sys
 $bb mount --move /dev /newroot/dev
-$bb mount -t tmpfs tmpfs /newroot/run
-$bb mkdir -p /newroot/dev/shm /newroot/dev/pts
-$bb mount -t tmpfs tmpfs /newroot/dev/shm
-$bb mount -t devpts devpts /newroot/dev/pts
-[ -f /kernel-config ] && $bb cp /kernel-config /newroot/run/lab-kernel-config
+$bb mount --move /rw/run /newroot/run
 if [ -n "$LAB_MODDIR" ]; then
   v=$($bb uname -r)
   $bb mkdir -p /newroot/lib/modules/$v && $bb mount --bind /host$LAB_MODDIR /newroot/lib/modules/$v || echo "lab-init: binding the module tree $LAB_MODDIR failed"
 fi
-$bb cp /lab-agent /newroot/run/lab-agent
-$bb cp $bb /newroot/run/busybox
 exec $bb chroot /newroot /run/lab-agent --guest
 "#;
 
