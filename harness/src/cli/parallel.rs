@@ -5,9 +5,9 @@
 //!   ([`crate::testing::lock`]) for each use, so two binaries on one lab take turns while a
 //!   binary on the other lab, or on a VM of its own, runs beside them.
 //! - It is not the default: the guests are TCG-emulated, so the suite is bound by the host's
-//!   CPU. On a 2-core machine two at a time saved 5 of 34 minutes, and starved guests broke
-//!   timing-bound tests: an RC retry budget ran out, netem counts moved, the docs test's tour
-//!   took 4 times as long (harness/README.md has the run). Give it cores to spare.
+//!   CPU. On a 2-core machine two at a time was no faster than one at a time, and starved
+//!   guests broke timing-bound tests: an RC retry budget ran out, netem counts moved, the docs
+//!   test took more than twice as long (harness/README.md has the run). Give it cores to spare.
 //! - Each binary runs as cargo would run it (in its package's directory, with `CARGO`,
 //!   `CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`), its output kept and shown whole when it ends, so
 //!   two binaries' lines never interleave; the doc tests are one `cargo test --doc`.
