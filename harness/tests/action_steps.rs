@@ -8,17 +8,24 @@
 //! - Linux x86_64: the cargo-lab build step builds from the action's directory with its own
 //!   toolchain and flags, even for a caller whose workspace pins a toolchain that does not
 //!   exist, sets `RUSTFLAGS` and `build.rustflags` that break any build and a target dir of its
-//!   own; the lab boots; then the fixture crate's device tests (the one it marks ignored too) pass
-//!   through the action's `run` with `-- --include-ignored`, on rxe0;
+//!   own; it is `cargo install --path harness` into a root under RUNNER_TEMP from a target dir
+//!   it deletes afterwards (as `cargo install --git` does, the README's line for a crate of your
+//!   own), and the installed binary boots the lab from the caller's workspace, outside the
+//!   repository: nothing it needs lives in the build tree (the guest agent is embedded); then
+//!   the fixture crate's device tests (the one it marks ignored too) pass through the action's
+//!   `run` with `-- --include-ignored`, on rxe0, and the second job finds cargo-lab in the cache
+//!   the first one saved;
 //! - a failed boot (the kernel given an init that does not exist) makes the upload step's path
-//!   resolve to the guest consoles' log files.
+//!   resolve to the guest consoles' log files. That job is not about the build: its cache store
+//!   is its own, holding this suite's cargo-lab under the action's key, so it skips the build.
 //!
 //! What this runner does not do, and why: the packages step (`apt-get update`, then
 //! scripts/setup.sh --vm) needs root and the internet, and the KVM step rewrites this host's
 //! udev rules; both are reported as not run. `actions/cache` is played by a directory under
 //! this target dir's tmp (restore on an exact key, save after a successful job, paths under
 //! RUNNER_TEMP only), and `actions/upload-artifact` by resolving its `path` globs to files (no
-//! upload). Any other `uses:` fails the run.
+//! upload). Any other `uses:` fails the run. Each test's cache store starts empty (a first run:
+//! the build step always builds), under its RUNNER_TEMP.
 
 mod common;
 
@@ -799,7 +806,8 @@ fn runner(temp: &Path, workspace: &Path, os: &str, arch: &str) -> Runner {
         inputs: HashMap::new(),
         env: job_env(),
         not_run: NOT_RUN.to_vec(),
-        cache_store: Path::new(env!("CARGO_TARGET_TMPDIR")).join("action-cache"),
+        // Each test's jobs share one store, empty when the test starts: a first run on GitHub.
+        cache_store: temp.join("_actions_cache"),
         halt_after: None,
     }
 }
@@ -987,15 +995,27 @@ fn on_linux_x64_the_fixture_crates_device_tests_pass_through_the_action() {
     let report = r.run().expect("the runner runs action.yml");
     assert!(!report.failed(), "{}", report.summary());
     let build = report.step("Build cargo-lab");
-    eprintln!("the build step: {:?}", build.outcome);
-    assert!(
-        matches!(build.outcome, Outcome::Success | Outcome::Skipped),
-        "{}",
+    assert_eq!(
+        build.outcome,
+        Outcome::Success,
+        "the first job builds cargo-lab (an empty cache):\n{}",
         report.summary()
     );
     assert!(
         !ws.path().join("caller-target").exists(),
         "the build used the caller's CARGO_TARGET_DIR"
+    );
+    // Installed, and its target dir gone before the boot below: what `cargo install` leaves.
+    let home = temp.path().join("rxe-lab");
+    assert!(
+        home.join("bin/cargo-lab").is_file(),
+        "no cargo-lab installed in {}",
+        home.join("bin").display()
+    );
+    assert!(
+        !home.join("build").exists(),
+        "the build step left its target dir {}",
+        home.join("build").display()
     );
     let boot = report.step("Boot the lab");
     assert!(boot.output.contains("rxe0"), "{}", boot.output);
@@ -1053,13 +1073,45 @@ fn on_linux_x64_the_fixture_crates_device_tests_pass_through_the_action() {
     assert_eq!(report.step("Stop the lab").outcome, Outcome::Success);
 }
 
+/// A cache store of the test's own that holds cargo-lab under the key the action computes for
+/// these sources: this suite's build of the same sources (`CARGO_BIN_EXE_cargo-lab`), so that a
+/// job which is not about the build step restores it instead of building it again (about 95 s
+/// on a 2-core machine). The shared store is left alone: what it holds comes only from the
+/// action's own build step.
+fn store_with_this_cargo_lab() -> tempfile::TempDir {
+    let store = tempdir("action-cache.");
+    let temp = tempdir("runner-temp.");
+    let ws = tempdir("caller.");
+    let mut r = runner(temp.path(), ws.path(), "Linux", "X64");
+    r.cache_store = store.path().to_path_buf();
+    // The steps that run up to the cache lookup: the platform check, LIBCLANG_PATH, the key and
+    // the lookup itself (a miss, in an empty store).
+    r.halt_after = Some(4);
+    let report = r.run().expect("the runner runs action.yml");
+    let lookup = &report.step("cargo-lab from the cache").output;
+    let key = lookup
+        .strip_prefix("cache ")
+        .and_then(|rest| rest.strip_suffix(": hit false"))
+        .unwrap_or_else(|| panic!("no cache miss reported:\n{}", report.summary()));
+    // A halted run counts as a job that succeeded: it may have saved an empty entry.
+    let entry = store.path().join(key);
+    let _ = std::fs::remove_dir_all(&entry);
+    // The cached path is the action's bin dir, restored as entry/0.
+    std::fs::create_dir_all(entry.join("0")).expect("cache entry");
+    std::fs::copy(env!("CARGO_BIN_EXE_cargo-lab"), entry.join("0/cargo-lab"))
+        .expect("copying this suite's cargo-lab");
+    store
+}
+
 #[test]
 fn a_failed_boot_uploads_the_guest_console_logs() {
     let _turn = BOOTS.lock().unwrap_or_else(|e| e.into_inner());
     let temp = tempdir("runner-temp.");
     let _down = Down(temp.path().to_path_buf());
     let ws = tempdir("caller.");
+    let store = store_with_this_cargo_lab();
     let mut r = runner(temp.path(), ws.path(), "Linux", "X64");
+    r.cache_store = store.path().to_path_buf();
     // A kernel told to start an init that does not exist panics at once: the boot fails (both
     // tries), as a broken kernel or initramfs would make it.
     r.env.push((
@@ -1072,6 +1124,12 @@ fn a_failed_boot_uploads_the_guest_console_logs() {
         std::env::var("LAB_ACCEL").unwrap_or_default(),
     );
     let report = r.run().expect("the runner runs action.yml");
+    assert_eq!(
+        report.step("Build cargo-lab").outcome,
+        Outcome::Skipped,
+        "cargo-lab should come from the test's cache:\n{}",
+        report.summary()
+    );
     assert_eq!(
         report.step("Boot the lab").outcome,
         Outcome::Failure,

@@ -16,7 +16,7 @@
 //! - `cargo lab test` runs as `cargo lab test -- --no-run`: this test runs inside `cargo lab
 //!   test` and cannot run the whole suite again; the short form still sets up, finds the labs
 //!   and builds exactly what the suite built.
-//! - `cargo lab bench --runs 5` (the boot figures) runs as `cargo lab bench --runs 1`;
+//! - `cargo lab bench --runs N ...` (the boot figures) runs with `--runs 1`;
 //! - a line marked `# tested as: <command>` runs `<command>` (the text says why where it is).
 //!
 //! One output is checked beyond its exit status: the tour's names the full run of each chapter
@@ -37,13 +37,22 @@ use std::time::{Duration, Instant};
 const LAB: &str = env!("CARGO_BIN_EXE_cargo-lab");
 
 /// The short form of a command that cannot run at full length here.
-fn short_form(cmd: &str) -> Option<&'static str> {
-    match cmd {
-        "cargo lab test" => Some("cargo lab test -- --no-run"),
-        // The boot benchmark behind the README's figures: one boot instead of five.
-        "cargo lab bench --runs 5" => Some("cargo lab bench --runs 1"),
-        _ => None,
+fn short_form(cmd: &str) -> Option<String> {
+    if cmd == "cargo lab test" {
+        return Some("cargo lab test -- --no-run".into());
     }
+    // The boot benchmark behind the docs' figures (`--runs 5`, `--runs 10 --topology ...`):
+    // one run of each, the same steps; the figures themselves come from full runs.
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    if words.get(..3) == Some(&["cargo", "lab", "bench"]) {
+        let at = words.iter().position(|w| *w == "--runs")?;
+        if words.get(at + 1).is_some_and(|n| *n != "1") {
+            let mut short: Vec<&str> = words.clone();
+            short[at + 1] = "1";
+            return Some(short.join(" "));
+        }
+    }
+    None
 }
 
 /// Subcommands that `--help` does not list but the docs may show.
@@ -386,7 +395,7 @@ fn runnable(mut cmds: Vec<DocCommand>) -> Vec<DocCommand> {
         .peekable();
     while let Some(mut c) = it.next() {
         if let Some(s) = short_form(&c.run) {
-            c.run = s.to_string();
+            c.run = s;
         }
         if c.kind == Kind::Terminal1 && it.peek().is_some_and(|n| n.kind == Kind::Terminal2) {
             // A pair of terminals: once per distinct pair.
@@ -531,6 +540,25 @@ fn a_wrong_command_in_the_docs_turns_the_suite_red() {
     assert!(failures[0].contains("planted/README.md:2: `cargo lab lsit`: exit 2"));
     assert!(failures[1].contains("planted/README.md:3: `cargo lab run 99`: exit 1"));
     assert!(failures[2].contains("without \"the wrong message\""));
+}
+
+#[test]
+fn the_boot_benchmark_runs_once_in_the_docs_test() {
+    let short = |c: &str| short_form(c);
+    assert_eq!(
+        short("cargo lab bench --runs 10 --topology loopback").as_deref(),
+        Some("cargo lab bench --runs 1 --topology loopback")
+    );
+    assert_eq!(
+        short("cargo lab bench --runs 5").as_deref(),
+        Some("cargo lab bench --runs 1")
+    );
+    assert_eq!(short("cargo lab bench --runs 1"), None);
+    assert_eq!(short("cargo lab run 11 -- --runs 10"), None);
+    assert_eq!(
+        short("cargo lab test").as_deref(),
+        Some("cargo lab test -- --no-run")
+    );
 }
 
 #[test]
