@@ -21,11 +21,10 @@
 //!
 //! What this runner does not do, and why: the packages step (`apt-get update`, then
 //! scripts/setup.sh --vm) needs root and the internet, and the KVM step rewrites this host's
-//! udev rules; both are reported as not run. `actions/cache` is played by a directory under
-//! this target dir's tmp (restore on an exact key, save after a successful job, paths under
-//! RUNNER_TEMP only), and `actions/upload-artifact` by resolving its `path` globs to files (no
-//! upload). Any other `uses:` fails the run. Each test's cache store starts empty (a first run:
-//! the build step always builds), under its RUNNER_TEMP.
+//! udev rules; both are reported as not run. `actions/cache` is played by a directory of each
+//! test's own, empty when it starts, as on a first GitHub run (restore on an exact key, save
+//! after a successful job, paths under RUNNER_TEMP only), and `actions/upload-artifact` by
+//! resolving its `path` globs to files (no upload). Any other `uses:` fails the run.
 
 mod common;
 
@@ -1075,9 +1074,8 @@ fn on_linux_x64_the_fixture_crates_device_tests_pass_through_the_action() {
 
 /// A cache store of the test's own that holds cargo-lab under the key the action computes for
 /// these sources: this suite's build of the same sources (`CARGO_BIN_EXE_cargo-lab`), so that a
-/// job which is not about the build step restores it instead of building it again (about 95 s
-/// on a 2-core machine). The shared store is left alone: what it holds comes only from the
-/// action's own build step.
+/// job which is not about the build step restores it instead of building it again (about a
+/// minute on a 2-core machine). The x64 test's store holds only what the action's build made.
 fn store_with_this_cargo_lab() -> tempfile::TempDir {
     let store = tempdir("action-cache.");
     let temp = tempdir("runner-temp.");

