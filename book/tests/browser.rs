@@ -27,7 +27,7 @@ const PAGES: &[(&str, usize, usize)] = &[
     ("chapters/11-performance.html", 0, 2),
 ];
 
-/// Chromium, killed (with its profile dir removed) when dropped.
+/// Chromium, killed (with its profile dir, its temp files' dir too, removed) when dropped.
 struct Browser {
     child: Child,
     _profile: tempfile::TempDir,
@@ -80,6 +80,9 @@ impl Browser {
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg("about:blank")
+            // Its singleton socket dir (org.chromium.Chromium.*) goes under TMPDIR, and only a
+            // clean exit removes it: in the profile dir, it goes with it after the kill below.
+            .env("TMPDIR", profile.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -7,6 +7,9 @@
 //! non-zero with the given text for a line marked `# fails: <text>`. Lines marked `# terminal 1`
 //! and `# terminal 2` run at the same time. A wrong command added to a README turns this red.
 //!
+//! Files the commands write under /tmp (`--trace /tmp/13.pcap`) and that were not there before
+//! are removed at the end.
+//!
 //! Where they run: `up`, `down` and `status` act on labs of their own (a temporary
 //! `LAB_STATE_DIR`, torn down at the end), so they never stop the labs the rest of the suite
 //! uses; every other command runs against the suite's labs (`cargo lab test` passes them in
@@ -588,12 +591,41 @@ fn a_chapter_run_the_tour_passed_is_checked_once() {
     assert_eq!(once, [true, true, false, false, false, true, false, false]);
 }
 
+/// The files under /tmp that the docs' commands name (`--trace /tmp/13.pcap`, `--svg ...`) and
+/// that did not exist before the run: removed when dropped, whatever the run did. The commands
+/// are the user's, written as the docs show them; what they leave behind is this test's.
+struct TmpOutputs(Vec<PathBuf>);
+
+impl TmpOutputs {
+    fn of(cmds: &[DocCommand]) -> TmpOutputs {
+        let mut new: Vec<PathBuf> = cmds
+            .iter()
+            .flat_map(|c| c.lab_args())
+            .filter(|w| w.starts_with("/tmp/") && !w.contains(".."))
+            .map(PathBuf::from)
+            .filter(|p| !p.exists())
+            .collect();
+        new.sort();
+        new.dedup();
+        TmpOutputs(new)
+    }
+}
+
+impl Drop for TmpOutputs {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 #[test]
 fn every_documented_command_runs() {
     let root = root();
     let (cmds, problems) = collect_repo(&root).expect("collecting the docs' commands");
     assert!(problems.is_empty(), "see the_docs_are_well_formed");
     let cmds = runnable(cmds);
+    let _outputs = TmpOutputs::of(&cmds);
     let labs = Labs::new();
     let t0 = Instant::now();
     let failures = run_all(&cmds, &labs);
